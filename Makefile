@@ -1,0 +1,81 @@
+# promptkv — build, test, run.
+#   make            library + CLI (build/promptkv, build/libpromptkv.a)
+#   make run        build, install the default model, run the demo
+#   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
+#   make model      install the default model (Gemma 3 270M Q4_K_M) into models/
+#   make fuzz       libFuzzer target for the GGUF reader (clang)
+
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2 -g
+PYTHON  ?= python3
+
+# The library is portable x86-64/C11; SIMD files get their own flags and are
+# chosen at run time (src/cpu.c).
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+                -Iinclude -Isrc -pthread -fno-strict-aliasing
+AVX2_FLAGS    = -mavx2 -mfma -mf16c
+AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c))
+CLI_SRC  := $(sort $(wildcard cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+
+# ------------------------------------------------------------ build rules
+# $(call objs,DIR,SOURCES)
+objs = $(patsubst %.c,$(1)/%.o,$(2))
+
+define build_tree
+# $(1) = output dir, $(2) = extra CFLAGS, $(3) = extra LDFLAGS
+$(1)/%_avx2.o: %_avx2.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(AVX2_FLAGS) -MMD -MP -c $$< -o $$@
+$(1)/%_avx512.o: %_avx512.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$(AVX512_FLAGS) -MMD -MP -c $$< -o $$@
+$(1)/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) -MMD -MP -c $$< -o $$@
+$(1)/libpromptkv.a: $(call objs,$(1),$(LIB_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+endef
+
+SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+$(eval $(call build_tree,$(BUILD),,))
+$(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
+
+.PHONY: all lib cli tests run test model fuzz clean demo
+all: $(BUILD)/libpromptkv.a $(BUILD)/promptkv
+lib: $(BUILD)/libpromptkv.a
+cli: $(BUILD)/promptkv
+tests: $(BUILD)/test_runner $(BUILD)/san/test_runner
+
+DEFAULT_MODEL = models/gemma-3-270m-q4_k_m.gguf
+
+model: $(DEFAULT_MODEL)
+$(DEFAULT_MODEL):
+	PYTHON=$(PYTHON) tools/install-model.sh $@
+
+run: all $(DEFAULT_MODEL)
+	tools/demo.sh $(BUILD)/promptkv $(DEFAULT_MODEL)
+
+test: all tests $(DEFAULT_MODEL)
+	BUILD=$(BUILD) tests/run-all.sh
+
+# ------------------------------------------------------------ fuzzing (clang + libFuzzer)
+FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
+fuzz: $(BUILD)/fuzz_gguf
+$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/quant.c src/gguf.h
+	@mkdir -p $(BUILD)
+	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c src/gguf.c src/error.c src/quant.c -o $@ -lm
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

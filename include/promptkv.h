@@ -1,0 +1,213 @@
+/*
+ * promptkv — a C inference engine for long prompts whose KV cache is compressed
+ * once the prompt has been read (SnapKV, ProtoKV and baselines).
+ *
+ * Public API. Everything returns errors as values: a function that can fail
+ * takes a pkv_error * and fills it with a code and a one-line message naming
+ * the file, field or limit involved. The library never exits or aborts.
+ */
+#ifndef PROMPTKV_H
+#define PROMPTKV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+typedef enum {
+    PKV_OK = 0,
+    PKV_ERR_IO,          /* a file could not be opened, mapped or written */
+    PKV_ERR_FORMAT,      /* malformed or hostile input file */
+    PKV_ERR_UNSUPPORTED, /* well-formed but not supported (architecture, quant type) */
+    PKV_ERR_ARG,         /* a bad argument from the caller */
+    PKV_ERR_LIMIT,       /* a limit was exceeded (context length, memory cap) */
+    PKV_ERR_NOMEM,       /* an allocation failed */
+    PKV_ERR_INTERRUPTED, /* the caller asked to stop */
+    PKV_ERR_INTERNAL
+} pkv_status;
+
+typedef struct {
+    pkv_status code;
+    char msg[512];
+} pkv_error;
+
+const char *pkv_status_name(pkv_status code);
+
+/* ---------------------------------------------------------------- SIMD */
+
+typedef enum {
+    PKV_SIMD_AUTO = 0, /* best the CPU supports */
+    PKV_SIMD_SCALAR,   /* portable C reference kernels */
+    PKV_SIMD_AVX2,     /* AVX2 + FMA + F16C */
+    PKV_SIMD_AVX512    /* AVX-512 F/BW/VL (+ VNNI where present) */
+} pkv_simd;
+
+/* The best level this CPU supports. */
+pkv_simd pkv_simd_detect(void);
+const char *pkv_simd_name(pkv_simd level);
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct pkv_model pkv_model;
+
+typedef struct {
+    pkv_simd simd; /* PKV_SIMD_AUTO unless forced (tests, benchmarks) */
+} pkv_load_opts;
+
+pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error *err);
+void pkv_model_free(pkv_model *model);
+
+typedef struct {
+    const char *arch;      /* general.architecture: "llama", "qwen2", "gemma3" */
+    const char *name;      /* general.name, or "" */
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_ff;
+    int n_head;
+    int n_head_kv;
+    int head_dim;
+    int sliding_window;    /* 0 when every layer has full attention */
+    int n_swa_layers;      /* layers with sliding-window attention */
+    uint64_t n_params;
+    uint64_t weight_bytes; /* bytes of all tensors */
+    const char *tokenizer; /* "spm" or "bpe" */
+} pkv_model_info;
+
+void pkv_model_get_info(const pkv_model *model, pkv_model_info *info);
+
+/* Bytes of KV cache one token costs with the full cache (all layers, K and V),
+ * for the given element size (2 for f16, 4 for f32). */
+uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, int elem_bytes);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/* Tokenize UTF-8 text. add_special: add BOS/EOS as the model's GGUF says.
+ * parse_special: recognise control-token text such as "<start_of_turn>".
+ * Returns the number of tokens, or -1 on error. If the result would exceed
+ * max_tokens, nothing past max_tokens is written and the full count is
+ * returned so the caller can retry with a larger buffer. */
+int pkv_tokenize(const pkv_model *model, const char *text, size_t text_len, bool add_special,
+                 bool parse_special, int32_t *tokens, int max_tokens, pkv_error *err);
+
+/* The bytes a token stands for (byte tokens become their byte, SPM "▁" a
+ * space). Returns the length written (not NUL-terminated), or -1 if the token
+ * id is out of range. Control tokens give "" unless render_special. */
+int pkv_token_to_piece(const pkv_model *model, int32_t token, bool render_special, char *buf,
+                       int buf_len);
+
+int32_t pkv_token_bos(const pkv_model *model);
+int32_t pkv_token_eos(const pkv_model *model);
+/* True for any end-of-generation token: EOS, end-of-turn, and so on. */
+bool pkv_token_is_eog(const pkv_model *model, int32_t token);
+int pkv_n_vocab(const pkv_model *model);
+
+/* Chat formatting: render messages with the model's chat family (Gemma,
+ * Llama 3, ChatML) and a generation prompt for the assistant. The template
+ * is chosen from tokenizer.chat_template when present, else from the
+ * architecture. Returns the length written (excluding NUL) or -1. */
+typedef struct {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} pkv_chat_message;
+
+int pkv_chat_format(const pkv_model *model, const pkv_chat_message *messages, int n_messages,
+                    char *buf, int buf_len, pkv_error *err);
+
+/* ---------------------------------------------------------------- compression */
+
+/* A token range [begin, end) that no press may evict. */
+typedef struct {
+    int begin;
+    int end;
+} pkv_span;
+
+/* Which press to apply after the prompt, and with which budget. A NULL
+ * pkv_press_cfg, or press == NULL / "none", keeps the full cache. The press
+ * registry (press/registry.c) defines the names and their options. */
+typedef struct pkv_press_cfg pkv_press_cfg;
+
+/* ---------------------------------------------------------------- session */
+
+typedef struct pkv_session pkv_session;
+
+typedef enum {
+    PKV_CACHE_F16 = 0, /* default, as llama.cpp */
+    PKV_CACHE_F32
+} pkv_cache_type;
+
+typedef struct {
+    int n_threads;            /* <= 0: number of online CPUs */
+    int n_ctx;                /* <= 0: the model's training context */
+    int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
+    pkv_cache_type cache_type;
+    uint64_t mem_cap_bytes;   /* 0: no cap on KV cache + activations */
+} pkv_session_opts;
+
+void pkv_session_opts_default(pkv_session_opts *opts);
+
+pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts, pkv_error *err);
+void pkv_session_free(pkv_session *session);
+
+/* Forget everything: the next prefill starts at position 0. */
+void pkv_session_reset(pkv_session *session);
+
+typedef struct {
+    int n_prompt;              /* tokens prefilled */
+    double prefill_seconds;    /* forward passes over the prompt */
+    double press_seconds;      /* time spent selecting rows to keep */
+    uint64_t cache_bytes_full; /* what the cache would hold without compression */
+    uint64_t cache_bytes;      /* what it holds now */
+} pkv_prefill_stats;
+
+/* Append tokens to the sequence (the prompt, or a later turn) and run them
+ * through the model. Afterwards pkv_logits() gives the logits of the last
+ * token. press may be NULL. */
+int pkv_prefill(pkv_session *session, const int32_t *tokens, int n_tokens,
+                const pkv_press_cfg *press, pkv_prefill_stats *stats, pkv_error *err);
+
+/* One token through the model; logits of it are then at pkv_logits(). */
+int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
+
+/* Logits of the last token processed (n_vocab floats), owned by the session. */
+const float *pkv_logits(const pkv_session *session);
+
+/* Logical length: positions consumed so far (drives RoPE for the next token). */
+int pkv_session_n_pos(const pkv_session *session);
+
+/* Bytes of KV cache currently held (keys, values and positions). */
+uint64_t pkv_session_cache_bytes(const pkv_session *session);
+
+/* Ask a running prefill/decode to stop at the next layer boundary (safe from
+ * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */
+void pkv_session_interrupt(pkv_session *session);
+
+/* ---------------------------------------------------------------- sampling */
+
+typedef struct {
+    float temperature; /* 0: greedy */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off */
+    float min_p;       /* 0: off */
+    uint64_t seed;
+} pkv_sampler_params;
+
+void pkv_sampler_params_default(pkv_sampler_params *params);
+
+typedef struct pkv_sampler pkv_sampler;
+
+pkv_sampler *pkv_sampler_new(const pkv_sampler_params *params, int n_vocab);
+void pkv_sampler_free(pkv_sampler *sampler);
+int32_t pkv_sample(pkv_sampler *sampler, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PROMPTKV_H */

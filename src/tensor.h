@@ -1,0 +1,18 @@
+/* A weight tensor as the model sees it: a view into the mapped GGUF file. */
+#ifndef PKV_TENSOR_H
+#define PKV_TENSOR_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *name;
+    uint32_t type;   /* pkv_type */
+    int64_t ne[4];   /* ne[0] = row length (fastest), ne[1] = rows; unused dims 1 */
+    const void *data; /* NULL: absent (optional tensors such as biases) */
+    uint64_t nbytes;
+    uint64_t row_bytes;
+} pkv_tensor;
+
+static inline int pkv_tensor_present(const pkv_tensor *t) { return t->data != 0; }
+
+#endif
