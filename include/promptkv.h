@@ -82,9 +82,30 @@ typedef struct {
 
 void pkv_model_get_info(const pkv_model *model, pkv_model_info *info);
 
+/* The tensors of the file, for inspection (promptkv info). */
+typedef struct {
+    const char *name;
+    const char *type;  /* "Q4_K", "F32", ... */
+    int n_dims;
+    uint64_t ne[4];
+    uint64_t nbytes;
+} pkv_tensor_info;
+
+int pkv_model_n_tensors(const pkv_model *model);
+void pkv_model_tensor(const pkv_model *model, int i, pkv_tensor_info *info);
+
+/* A metadata value of the file rendered as text (arrays summarised), for
+ * inspection; returns false if the key is absent. */
+int pkv_model_n_meta(const pkv_model *model);
+bool pkv_model_meta(const pkv_model *model, int i, const char **key, char *value, int value_len);
+
 /* Bytes of KV cache one token costs with the full cache (all layers, K and V),
  * for the given element size (2 for f16, 4 for f32). */
 uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, int elem_bytes);
+
+/* Bytes the full (uncompressed) cache holds after n_tokens: sliding-window
+ * layers stop growing at their window. Keys and values only. */
+uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, int elem_bytes);
 
 /* ---------------------------------------------------------------- tokenizer */
 
@@ -174,6 +195,12 @@ int pkv_prefill(pkv_session *session, const int32_t *tokens, int n_tokens,
 
 /* One token through the model; logits of it are then at pkv_logits(). */
 int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
+
+/* Runs tokens through the model like pkv_prefill (no press) and passes the
+ * logits of every one of them, in order, to fn (perplexity, scoring). */
+typedef void (*pkv_logits_fn)(void *user, int index, const float *logits);
+int pkv_eval(pkv_session *session, const int32_t *tokens, int n_tokens, pkv_logits_fn fn, void *user,
+             pkv_error *err);
 
 /* Logits of the last token processed (n_vocab floats), owned by the session. */
 const float *pkv_logits(const pkv_session *session);

@@ -1,0 +1,38 @@
+/* Command-line helpers shared by the subcommands: strict number parsing and
+ * one-line errors. */
+#ifndef PKV_CLI_ARGS_H
+#define PKV_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "promptkv.h"
+
+/* Exit codes: 0 ok, 1 runtime error (bad model, prompt too long, ...), 2 usage
+ * error (unknown flag, bad value), 130 interrupted. */
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+/* Prints "promptkv CMD: error: ..." on stderr. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Value of a flag that takes one: argv[*i + 1], advancing *i; NULL (and an
+ * error printed) when it is missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* Strict parsers: the whole string must be a number within [lo, hi]. They
+ * print an error naming the flag and return false otherwise. */
+bool cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
+bool cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+bool cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+/* Sizes like 512M, 8G, 1024 (bytes). */
+bool cli_size(const char *cmd, const char *flag, const char *s, uint64_t *out);
+
+/* Reads a whole file into a NUL-terminated buffer; NULL and an error printed on failure. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
+bool cli_simd(const char *cmd, const char *s, pkv_simd *out);
+
+/* A model loaded with the error reported; NULL on failure. */
+pkv_model *cli_load_model(const char *cmd, const char *path, pkv_simd simd);
+
+#endif

@@ -1,0 +1,24 @@
+/*
+ * Attention of queries over one layer's KV cache rows. Rows of a head are in
+ * ascending position order (kvcache.h), so the keys a query may see — causal,
+ * and inside the window on sliding-window layers — are one contiguous range
+ * found by binary search: evicted rows are simply absent, nothing is masked.
+ */
+#ifndef PKV_ATTENTION_H
+#define PKV_ATTENTION_H
+
+#include "kvcache.h"
+#include "ops.h"
+
+typedef struct {
+    int n_head;      /* query heads; query head h reads KV head h / (n_head / n_kv_heads) */
+    float scale;     /* on q.k before the softmax */
+    float softcap;   /* 0: off; else logits = softcap * tanh(logits / softcap) */
+} pkv_attn_params;
+
+/* q: [n_tok, n_head, head_dim_k] post-RoPE; q_pos: positions of the queries;
+ * out: [n_tok, n_head, head_dim_v]. */
+void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
+                   const float *q, const int32_t *q_pos, int n_tok, float *out);
+
+#endif

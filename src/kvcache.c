@@ -1,0 +1,183 @@
+#include "kvcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv_heads, int head_dim_k,
+                     int head_dim_v, const int *sliding_window_per_layer, pkv_error *err) {
+    memset(c, 0, sizeof *c);
+    c->type = type;
+    c->elem_bytes = type == PKV_CACHE_F32 ? 4 : 2;
+    c->n_layers = n_layers;
+    c->layers = calloc((size_t)n_layers, sizeof *c->layers);
+    if (!c->layers) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the KV cache layer table");
+    for (int l = 0; l < n_layers; l++) {
+        pkv_kv_layer *L = &c->layers[l];
+        L->n_heads = n_kv_heads;
+        L->head_dim_k = head_dim_k;
+        L->head_dim_v = head_dim_v;
+        L->sliding_window = sliding_window_per_layer ? sliding_window_per_layer[l] : 0;
+        L->heads = calloc((size_t)n_kv_heads, sizeof *L->heads);
+        if (!L->heads) {
+            pkv_kvcache_free(c);
+            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the KV cache head table");
+        }
+    }
+    return 0;
+}
+
+static void free_head(pkv_kv_head *h) {
+    free(h->k);
+    free(h->v);
+    free(h->pos);
+    memset(h, 0, sizeof *h);
+}
+
+void pkv_kvcache_free(pkv_kvcache *c) {
+    if (!c->layers) return;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->layers[l].heads) continue;
+        for (int h = 0; h < c->layers[l].n_heads; h++) free_head(&c->layers[l].heads[h]);
+        free(c->layers[l].heads);
+    }
+    free(c->layers);
+    memset(c, 0, sizeof *c);
+}
+
+void pkv_kvcache_clear(pkv_kvcache *c) {
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->layers[l].n_heads; h++) free_head(&c->layers[l].heads[h]);
+}
+
+/* Resizes a head's arrays to exactly cap rows (cap >= n_rows). */
+static int resize_head(const pkv_kvcache *c, const pkv_kv_layer *L, pkv_kv_head *h, int cap, pkv_error *err) {
+    size_t kb = (size_t)cap * L->head_dim_k * c->elem_bytes, vb = (size_t)cap * L->head_dim_v * c->elem_bytes;
+    /* h->cap must never exceed what every array holds: when shrinking it drops
+     * with the first array, when growing it rises only once all three grew */
+    void *k = realloc(h->k, kb ? kb : 1);
+    if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+    h->k = k;
+    if (cap < h->cap) h->cap = cap;
+    void *v = realloc(h->v, vb ? vb : 1);
+    if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+    h->v = v;
+    int32_t *p = realloc(h->pos, (size_t)(cap ? cap : 1) * sizeof *p);
+    if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+    h->pos = p;
+    h->cap = cap;
+    return 0;
+}
+
+int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err) {
+    pkv_kv_layer *L = &c->layers[layer];
+    for (int hi = 0; hi < L->n_heads; hi++) {
+        pkv_kv_head *h = &L->heads[hi];
+        if (h->n_rows + n_more <= h->cap) continue;
+        /* grow by half again so a decode loop reallocates O(log n) times */
+        int cap = h->n_rows + n_more;
+        int grown = h->cap + h->cap / 2 + 16;
+        if (grown > cap) cap = grown;
+        if (resize_head(c, L, h, cap, err)) return -1;
+    }
+    return 0;
+}
+
+void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, const float *k, const float *v,
+                        const int32_t *pos, int n) {
+    pkv_kv_layer *L = &c->layers[layer];
+    int dk = L->head_dim_k, dv = L->head_dim_v;
+    for (int hi = 0; hi < L->n_heads; hi++) {
+        pkv_kv_head *h = &L->heads[hi];
+        for (int t = 0; t < n; t++) {
+            const float *ks = k + ((int64_t)t * L->n_heads + hi) * dk;
+            const float *vs = v + ((int64_t)t * L->n_heads + hi) * dv;
+            int row = h->n_rows + t;
+            if (c->type == PKV_CACHE_F32) {
+                memcpy((float *)h->k + (int64_t)row * dk, ks, (size_t)dk * sizeof(float));
+                memcpy((float *)h->v + (int64_t)row * dv, vs, (size_t)dv * sizeof(float));
+            } else {
+                kern->f32_to_f16(ks, (uint16_t *)h->k + (int64_t)row * dk, dk);
+                kern->f32_to_f16(vs, (uint16_t *)h->v + (int64_t)row * dv, dv);
+            }
+            h->pos[row] = pos[t];
+        }
+        h->n_rows += n;
+    }
+}
+
+int pkv_kvcache_keep_rows(pkv_kvcache *c, int layer, int head, const int32_t *rows, int n_keep, int spare,
+                          pkv_error *err) {
+    pkv_kv_layer *L = &c->layers[layer];
+    pkv_kv_head *h = &L->heads[head];
+    size_t kb = (size_t)L->head_dim_k * c->elem_bytes, vb = (size_t)L->head_dim_v * c->elem_bytes;
+    for (int i = 0; i < n_keep; i++) {
+        int r = rows[i];
+        if (r < 0 || r >= h->n_rows || (i > 0 && r <= rows[i - 1]))
+            return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d head %d: kept row %d is out of order or range", layer,
+                            head, r);
+        if (r == i) continue;
+        /* r > i always (strictly increasing), so moving down never overwrites a row still to be read */
+        memmove((char *)h->k + i * kb, (char *)h->k + (size_t)r * kb, kb);
+        memmove((char *)h->v + i * vb, (char *)h->v + (size_t)r * vb, vb);
+        h->pos[i] = h->pos[r];
+    }
+    h->n_rows = n_keep;
+    /* shrink: the memory saved by the press must really be returned */
+    return resize_head(c, L, h, n_keep + spare, err);
+}
+
+void pkv_kvcache_trim_window(pkv_kvcache *c, int layer, int next_pos) {
+    pkv_kv_layer *L = &c->layers[layer];
+    if (L->sliding_window <= 0) return;
+    int oldest_visible = next_pos - L->sliding_window + 1;
+    for (int hi = 0; hi < L->n_heads; hi++) {
+        pkv_kv_head *h = &L->heads[hi];
+        int dead = 0;
+        while (dead < h->n_rows && h->pos[dead] < oldest_visible) dead++;
+        if (dead == 0 || dead < h->n_rows - dead) continue;
+        size_t kb = (size_t)L->head_dim_k * c->elem_bytes, vb = (size_t)L->head_dim_v * c->elem_bytes;
+        int live = h->n_rows - dead;
+        memmove(h->k, (char *)h->k + (size_t)dead * kb, (size_t)live * kb);
+        memmove(h->v, (char *)h->v + (size_t)dead * vb, (size_t)live * vb);
+        memmove(h->pos, h->pos + dead, (size_t)live * sizeof *h->pos);
+        h->n_rows = live;
+        /* after a long prefill the arrays are far larger than the window: give the memory back */
+        int want = live + L->sliding_window + 16;
+        if (h->cap > 2 * want) resize_head(c, L, h, want, NULL); /* a failed shrink keeps the old arrays */
+    }
+}
+
+static void read_rows(const pkv_kvcache *c, const pkv_kernels *kern, const void *src, int n_rows, int dim,
+                      float *dst) {
+    if (c->type == PKV_CACHE_F32) memcpy(dst, src, (size_t)n_rows * dim * sizeof(float));
+    else kern->f16_to_f32(src, dst, (int64_t)n_rows * dim);
+}
+
+void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head, float *dst) {
+    const pkv_kv_layer *L = &c->layers[layer];
+    read_rows(c, kern, L->heads[head].k, L->heads[head].n_rows, L->head_dim_k, dst);
+}
+
+void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head, float *dst) {
+    const pkv_kv_layer *L = &c->layers[layer];
+    read_rows(c, kern, L->heads[head].v, L->heads[head].n_rows, L->head_dim_v, dst);
+}
+
+uint64_t pkv_kvcache_row_bytes(const pkv_kvcache *c, int layer) {
+    const pkv_kv_layer *L = &c->layers[layer];
+    return (uint64_t)(L->head_dim_k + L->head_dim_v) * c->elem_bytes + sizeof(int32_t);
+}
+
+int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer) {
+    int64_t n = 0;
+    for (int h = 0; h < c->layers[layer].n_heads; h++) n += c->layers[layer].heads[h].n_rows;
+    return n;
+}
+
+uint64_t pkv_kvcache_bytes(const pkv_kvcache *c) {
+    uint64_t total = 0;
+    for (int l = 0; l < c->n_layers; l++) total += (uint64_t)pkv_kvcache_layer_rows(c, l) * pkv_kvcache_row_bytes(c, l);
+    return total;
+}

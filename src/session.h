@@ -1,0 +1,51 @@
+/* The session's insides, shared by session.c (the public API) and forward.c. */
+#ifndef PKV_SESSION_H
+#define PKV_SESSION_H
+
+#include <signal.h>
+
+#include "kvcache.h"
+#include "model.h"
+#include "ops.h"
+
+/* Buffers for one forward pass, grown on demand and kept between calls. */
+typedef struct {
+    int n_tok_cap;   /* tokens the chunk buffers hold */
+    float *x;        /* [n_batch, n_embd] normed input of a sub-layer */
+    float *q, *k, *v;
+    float *att;      /* [n_batch, n_head * head_dim_v] */
+    float *proj;     /* [n_batch, n_embd] output of attn_output / ffn_down */
+    float *gate, *up;
+    void *act;       /* quantised activations for matmuls */
+    size_t act_bytes;
+    int32_t *pos;
+
+    float *hidden;   /* [n_tokens, n_embd] residual stream of the whole call (layer-major) */
+    int64_t hidden_cap;
+    float *logit_rows; /* [LOGIT_ROWS, n_vocab] */
+    float *inv_freq_global, *inv_freq_local;
+} pkv_work;
+
+struct pkv_session {
+    pkv_model *model;
+    pkv_session_opts opts;
+    pkv_pool *pool;
+    pkv_compute comp;
+    pkv_kvcache cache;
+    int n_pos;        /* logical length: next token's position */
+    float *logits;    /* [n_vocab], last token */
+    pkv_work work;
+    volatile sig_atomic_t interrupted;
+};
+
+/* Called with the logits of each requested row. */
+typedef void (*pkv_row_logits_fn)(void *user, int index, const float *logits);
+
+/* Runs n tokens through the model at positions n_pos.. (layer by layer over
+ * chunks of n_batch tokens), appending to the cache. Logits of the last
+ * token land in s->logits; with row_fn, every token's logits are passed to
+ * it in order. */
+int pkv_forward(pkv_session *s, const int32_t *tokens, int n, pkv_row_logits_fn row_fn, void *user,
+                pkv_error *err);
+
+#endif

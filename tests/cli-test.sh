@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Command-line tests: bad input must give a one-line error naming the problem
+# and a non-zero exit code, never a crash. usage: tests/cli-test.sh PROMPTKV
+set -u
+bin=${1:-build/promptkv}
+tiny=tests/fixtures/models/tiny-llama-f32.gguf
+gemma=models/gemma-3-270m-q4_k_m.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# expect NAME EXIT_CODE STDERR_REGEX -- COMMAND...
+expect() {
+    local name=$1 want_code=$2 pattern=$3
+    shift 4
+    local err code
+    err=$("$@" 2>&1 >/dev/null)
+    code=$?
+    local lines
+    lines=$(printf '%s\n' "$err" | grep -c .)
+    if [ "$code" = "$want_code" ] && printf '%s' "$err" | grep -Eq -- "$pattern"; then
+        pass=$((pass + 1))
+        echo "ok   cli_$name"
+    else
+        fail=$((fail + 1))
+        echo "FAIL cli_$name: exit $code (want $want_code), stderr: $err"
+    fi
+    # errors are one line
+    if [ "$want_code" != 0 ] && [ "$lines" -gt 1 ]; then
+        fail=$((fail + 1))
+        echo "FAIL cli_${name}_one_line: $lines lines of error output"
+    fi
+}
+
+# expect_out NAME STDOUT_REGEX -- COMMAND...   (exit 0)
+expect_out() {
+    local name=$1 pattern=$2
+    shift 3
+    local out code
+    out=$("$@" 2>/dev/null)
+    code=$?
+    if [ "$code" = 0 ] && printf '%s' "$out" | grep -Eq -- "$pattern"; then
+        pass=$((pass + 1))
+        echo "ok   cli_$name"
+    else
+        fail=$((fail + 1))
+        echo "FAIL cli_$name: exit $code, stdout: ${out:0:300}"
+    fi
+}
+
+expect no_command 2 'usage' -- "$bin"
+expect unknown_command 2 "unknown command 'frobnicate'" -- "$bin" frobnicate
+expect_out help_run 'usage: promptkv run' -- "$bin" run --help
+expect_out help_info 'usage: promptkv info' -- "$bin" info --help
+expect_out help_tokenize 'usage: promptkv tokenize' -- "$bin" tokenize --help
+expect_out help_perplexity 'usage: promptkv perplexity' -- "$bin" perplexity --help
+expect run_no_model 2 'model is required' -- "$bin" run -p hi
+expect run_unknown_flag 2 "unknown option '--frob'" -- "$bin" run -m "$tiny" -p hi --frob
+expect run_bad_int 2 "-n expects an integer" -- "$bin" run -m "$tiny" -p hi -n ten
+expect run_bad_threads 2 "-t must be in" -- "$bin" run -m "$tiny" -p hi -t 0
+expect run_missing_file 1 "cannot open .*nope.gguf" -- "$bin" run -m "$tmp/nope.gguf" -p hi
+expect run_missing_prompt_file 1 "cannot open .*nope.txt" -- "$bin" run -m "$tiny" -f "$tmp/nope.txt"
+
+# a truncated model, a wrong magic, an empty file
+head -c 1000 "$tiny" > "$tmp/truncated.gguf"
+expect truncated_model 1 "truncated.gguf" -- "$bin" run -m "$tmp/truncated.gguf" -p hi
+{ printf 'GGUX'; tail -c +5 "$tiny"; } > "$tmp/magic.gguf"
+expect wrong_magic 1 "magic" -- "$bin" info "$tmp/magic.gguf"
+: > "$tmp/empty.gguf"
+expect empty_model 1 "empty.gguf" -- "$bin" info "$tmp/empty.gguf"
+
+# crafted bad files (tools/make-bad-fixtures.py)
+expect unknown_arch 1 "unsupported architecture 'mamba'" -- "$bin" info tests/fixtures/bad/unknown-arch.gguf
+expect unknown_quant_type 1 "type" -- "$bin" info tests/fixtures/bad/unknown-type.gguf
+expect absurd_dimension 1 "dim" -- "$bin" info tests/fixtures/bad/absurd-dim.gguf
+
+# a prompt longer than the context
+expect prompt_too_long 1 "exceed the context length 8" -- "$bin" run -m "$tiny" -c 8 -n 1 \
+    -p "one two three four five six seven eight nine ten eleven twelve"
+
+# the real model
+expect_out info_gemma 'architecture: +gemma3' -- "$bin" info "$gemma"
+expect_out run_gemma_greedy '[A-Za-z]' -- "$bin" run -m "$gemma" -p "The capital of France is" -n 8 -t 2
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
