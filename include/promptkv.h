@@ -154,6 +154,28 @@ typedef struct {
  * registry (press/registry.c) defines the names and their options. */
 typedef struct pkv_press_cfg pkv_press_cfg;
 
+/* A press by name ("none", "snapkv", "streamingllm", "h2o", "tova", "knorm",
+ * "random", ...); NULL and an error for an unknown name. */
+pkv_press_cfg *pkv_press_cfg_new(const char *press, pkv_error *err);
+void pkv_press_cfg_free(pkv_press_cfg *cfg);
+const char *pkv_press_cfg_name(const pkv_press_cfg *cfg);
+
+/* Sets one option from text: the common ones (budget, ratio, window, mode,
+ * layer_budget, head_budget, seed, protect=BEGIN:END) or the press's own
+ * (e.g. snapkv kernel, pool, granularity, group_agg). */
+int pkv_press_cfg_set(pkv_press_cfg *cfg, const char *key, const char *value, pkv_error *err);
+int pkv_press_cfg_add_protect(pkv_press_cfg *cfg, int begin, int end, pkv_error *err);
+/* Checks the options fit together (a budget or ratio is given, budget >
+ * window, ...). pkv_prefill checks too. */
+int pkv_press_cfg_check(const pkv_press_cfg *cfg, pkv_error *err);
+/* "snapkv budget=1024 window=32" */
+int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len);
+
+/* The registry, for help texts: i = 0, 1, ... until false. */
+bool pkv_press_list(int i, const char **name, const char **summary);
+/* Options of a press (the common ones first); press may be NULL. */
+bool pkv_press_option_list(const char *press, int i, const char **key, const char **help);
+
 /* ---------------------------------------------------------------- session */
 
 typedef struct pkv_session pkv_session;
@@ -181,8 +203,9 @@ void pkv_session_reset(pkv_session *session);
 
 typedef struct {
     int n_prompt;              /* tokens prefilled */
-    double prefill_seconds;    /* forward passes over the prompt */
-    double press_seconds;      /* time spent selecting rows to keep */
+    double prefill_seconds;    /* forward passes over the prompt, press included */
+    double press_seconds;      /* time spent selecting rows to keep (and compacting the cache) */
+    bool compressed;           /* a press ran */
     uint64_t cache_bytes_full; /* what the cache would hold without compression */
     uint64_t cache_bytes;      /* what it holds now */
 } pkv_prefill_stats;
@@ -210,6 +233,15 @@ int pkv_session_n_pos(const pkv_session *session);
 
 /* Bytes of KV cache currently held (keys, values and positions). */
 uint64_t pkv_session_cache_bytes(const pkv_session *session);
+
+/* What the cache holds: layers, heads per layer (KV heads, or query heads
+ * after a per-query-head press), rows of a head and their original positions
+ * (ascending). pkv_session_positions copies up to max and returns the count. */
+int pkv_session_n_layers(const pkv_session *session);
+bool pkv_session_layer_is_full(const pkv_session *session, int layer);
+int pkv_session_n_heads(const pkv_session *session, int layer);
+int pkv_session_head_rows(const pkv_session *session, int layer, int head);
+int pkv_session_positions(const pkv_session *session, int layer, int head, int32_t *out, int max);
 
 /* Ask a running prefill/decode to stop at the next layer boundary (safe from
  * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */

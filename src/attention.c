@@ -1,7 +1,6 @@
 #include "attention.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -13,6 +12,8 @@ typedef struct {
     const int32_t *q_pos;
     int n_tok;
     float *out;
+    float *scratch;             /* n_threads x scratch_per_thread floats */
+    size_t scratch_per_thread;
 } attn_job;
 
 /* first row index with pos >= target */
@@ -56,6 +57,10 @@ static void attend_one(const attn_job *j, int t, int h, float *scores) {
         sum += scores[r];
     }
     float inv = (float)(1.0 / sum);
+    if (j->p->acc_probs) {
+        float *acc = j->p->acc_probs[h] + lo;
+        for (int r = 0; r < n; r++) acc[r] += scores[r] * inv;
+    }
     for (int r = 0; r < n; r++) {
         const void *vrow = pkv_kv_value(c, L, kh, lo + r);
         if (c->type == PKV_CACHE_F32) k->axpy_f32(dv, scores[r] * inv, vrow, o);
@@ -65,21 +70,32 @@ static void attend_one(const attn_job *j, int t, int h, float *scores) {
 
 static void attn_task(void *arg, int ith, int nth) {
     attn_job *j = arg;
+    float *scores = j->scratch + (size_t)ith * j->scratch_per_thread;
+    if (j->p->acc_probs) {
+        /* accumulating: one thread per head, queries in order */
+        int64_t h0, h1;
+        pkv_split(j->p->n_head, ith, nth, 1, &h0, &h1);
+        for (int64_t h = h0; h < h1; h++)
+            for (int t = 0; t < j->n_tok; t++) attend_one(j, t, (int)h, scores);
+        return;
+    }
     int64_t n_pairs = (int64_t)j->n_tok * j->p->n_head;
     int64_t b, e;
     pkv_split(n_pairs, ith, nth, 1, &b, &e);
-    if (b >= e) return;
-    int max_rows = 0;
-    for (int h = 0; h < j->layer->n_heads; h++)
-        if (j->layer->heads[h].n_rows > max_rows) max_rows = j->layer->heads[h].n_rows;
-    float *scores = malloc((size_t)(max_rows ? max_rows : 1) * sizeof(float));
-    if (!scores) return;
     for (int64_t i = b; i < e; i++) attend_one(j, (int)(i / j->p->n_head), (int)(i % j->p->n_head), scores);
-    free(scores);
+}
+
+size_t pkv_attention_scratch_floats(const pkv_kvcache *cache, int layer, int n_threads) {
+    const pkv_kv_layer *L = &cache->layers[layer];
+    size_t max_rows = 1;
+    for (int h = 0; h < L->n_heads; h++)
+        if ((size_t)L->heads[h].n_rows > max_rows) max_rows = (size_t)L->heads[h].n_rows;
+    return max_rows * (size_t)n_threads;
 }
 
 void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
-                   const float *q, const int32_t *q_pos, int n_tok, float *out) {
-    attn_job j = {c->kern, cache, &cache->layers[layer], p, q, q_pos, n_tok, out};
+                   const float *q, const int32_t *q_pos, int n_tok, float *out, float *scratch) {
+    attn_job j = {c->kern, cache, &cache->layers[layer], p, q, q_pos, n_tok, out, scratch, 0};
+    j.scratch_per_thread = pkv_attention_scratch_floats(cache, layer, 1);
     pkv_pool_run(c->pool, attn_task, &j);
 }

@@ -14,11 +14,18 @@ typedef struct {
     int n_head;      /* query heads; query head h reads KV head h / (n_head / n_kv_heads) */
     float scale;     /* on q.k before the softmax */
     float softcap;   /* 0: off; else logits = softcap * tanh(logits / softcap) */
+    /* Optional: acc_probs[h][row] += each query's attention probability on the
+     * row (H2O's accumulated attention). Work is then split by head so the
+     * sums do not depend on the thread count. */
+    float *const *acc_probs;
 } pkv_attn_params;
 
+/* Floats of scratch pkv_attention needs with n_threads threads. */
+size_t pkv_attention_scratch_floats(const pkv_kvcache *cache, int layer, int n_threads);
+
 /* q: [n_tok, n_head, head_dim_k] post-RoPE; q_pos: positions of the queries;
- * out: [n_tok, n_head, head_dim_v]. */
+ * out: [n_tok, n_head, head_dim_v]; scratch: pkv_attention_scratch_floats. */
 void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
-                   const float *q, const int32_t *q_pos, int n_tok, float *out);
+                   const float *q, const int32_t *q_pos, int n_tok, float *out, float *scratch);
 
 #endif

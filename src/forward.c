@@ -4,19 +4,28 @@
  *
  * The pass is layer-major: all tokens of the call go through layer 0 (in
  * chunks of n_batch, so activations stay bounded), then layer 1, and so on.
- * The residual stream of the call is kept between layers. This lets a press
- * compress layer l's cache as soon as layer l has seen the whole prompt, so
- * only one layer's uncompressed K/V is alive at any time (design.md).
+ * The residual stream of the call is kept between layers. A press therefore
+ * compresses layer l's cache as soon as layer l has seen the whole prompt,
+ * and only one layer's uncompressed K/V is alive at a time (design.md).
+ * Prefill attention always sees the full rows; only what decode reads is
+ * compressed (algorithms.md A.2).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "attention.h"
 #include "error.h"
 #include "session.h"
 
 enum { LOGIT_ROWS = 16 }; /* logits computed this many rows at a time when every row is wanted */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -27,12 +36,12 @@ static int grow(void **p, size_t bytes, pkv_error *err) {
     return 0;
 }
 
-static size_t max_matmul_scratch(const pkv_model *m, int n_tok) {
+static int64_t widest_input(const pkv_model *m) {
     const pkv_hparams *hp = &m->hp;
     int64_t widest = hp->n_embd;
     if (hp->n_ff > widest) widest = hp->n_ff;
     if ((int64_t)hp->n_head * hp->head_dim_v > widest) widest = (int64_t)hp->n_head * hp->head_dim_v;
-    return (size_t)n_tok * (size_t)widest * sizeof(float) + 64;
+    return widest;
 }
 
 static int ensure_chunk_buffers(pkv_session *s, int n_tok, pkv_error *err) {
@@ -52,7 +61,7 @@ static int ensure_chunk_buffers(pkv_session *s, int n_tok, pkv_error *err) {
         grow((void **)&w->up, n * hp->n_ff * sizeof(float), err) ||
         grow((void **)&w->pos, n * sizeof(int32_t), err))
         return -1;
-    w->act_bytes = max_matmul_scratch(s->model, n_tok);
+    w->act_bytes = pkv_matmul_scratch_bytes(widest_input(s->model), n_tok, pkv_pool_size(s->pool));
     if (grow(&w->act, w->act_bytes, err)) return -1;
     w->n_tok_cap = n_tok;
     return 0;
@@ -63,6 +72,131 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
     if (w->hidden_cap >= n) return 0;
     if (grow((void **)&w->hidden, (size_t)n * s->model->hp.n_embd * sizeof(float), err)) return -1;
     w->hidden_cap = n;
+    return 0;
+}
+
+static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
+    size_t need = pkv_attention_scratch_floats(&s->cache, layer, pkv_pool_size(s->pool));
+    if (s->work.attn_scratch_cap >= need) return 0;
+    need += need / 2; /* room for the rows decode will add */
+    if (grow((void **)&s->work.attn_scratch, need * sizeof(float), err)) return -1;
+    s->work.attn_scratch_cap = need;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- press state of one call */
+
+/* What a compressing call keeps while a layer runs: the window's queries and,
+ * for H2O, the attention every row receives. */
+typedef struct {
+    const pkv_press_cfg *cfg;
+    int window;        /* queries captured: the last `window` tokens of the call */
+    int first_window;  /* index in the call of the first window token */
+    float *q_window;   /* [n_head][window][head_dim_k] */
+    int32_t *q_pos;    /* [window] */
+    float **acc;       /* [n_head] -> rows of the layer (H2O), or NULL */
+    double seconds;
+    int64_t rows_before, rows_after;
+} press_state;
+
+/* Copies the post-RoPE queries of the chunk's window tokens into the press state. */
+static void capture_window(press_state *ps, const pkv_hparams *hp, const float *q, const int32_t *pos, int c0, int nc) {
+    for (int t = 0; t < nc; t++) {
+        int r = c0 + t - ps->first_window;
+        if (r < 0) continue;
+        ps->q_pos[r] = pos[t];
+        for (int h = 0; h < hp->n_head; h++)
+            memcpy(ps->q_window + ((size_t)h * ps->window + r) * hp->head_dim_k,
+                   q + ((size_t)t * hp->n_head + h) * hp->head_dim_k, (size_t)hp->head_dim_k * sizeof(float));
+    }
+}
+
+/* Accumulators for the rows a layer will hold at the end of this call. */
+static int prepare_acc(pkv_session *s, press_state *ps, int il, int n_new, pkv_error *err) {
+    const pkv_kv_layer *L = &s->cache.layers[il];
+    int group = s->model->hp.n_head / L->n_heads;
+    for (int h = 0; h < s->model->hp.n_head; h++) {
+        size_t rows = (size_t)L->heads[h / group].n_rows + (size_t)n_new;
+        ps->acc[h] = pkv_arena_alloc(&s->arena, rows * sizeof(float) + 4);
+        if (!ps->acc[h]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for attention sums of layer %d", il);
+    }
+    return 0;
+}
+
+/* Runs the press on layer il and keeps only its selection in the cache. */
+static int press_layer(pkv_session *s, press_state *ps, int il, int n_new, pkv_error *err) {
+    const pkv_hparams *hp = &s->model->hp;
+    pkv_kvcache *c = &s->cache;
+    pkv_kv_layer *L = &c->layers[il];
+    const pkv_press_ops *ops = ps->cfg->ops;
+    pkv_arena *arena = &s->arena;
+    int nkv = L->n_heads;
+    if (nkv != hp->n_head_kv)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                        "layer %d already holds one head per query head; recompressing it is not supported", il);
+
+    int *n_rows = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int));
+    const float **keys = pkv_arena_alloc(arena, (size_t)nkv * sizeof(float *));
+    const float **values = pkv_arena_alloc(arena, (size_t)nkv * sizeof(float *));
+    const int32_t **pos = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int32_t *));
+    int32_t **counts = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int32_t *));
+    if (!n_rows || !keys || !values || !pos || !counts) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+    int32_t first_new_pos = s->n_pos;
+    for (int g = 0; g < nkv; g++) {
+        pkv_kv_head *h = &L->heads[g];
+        n_rows[g] = h->n_rows;
+        pos[g] = h->pos;
+        float *k = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_k * sizeof(float) + 4);
+        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
+        pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
+        keys[g] = k;
+        if (ops->needs_values) {
+            float *v = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_v * sizeof(float) + 4);
+            if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
+            pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
+            values[g] = v;
+        }
+        if (ps->acc) {
+            /* queries of this call that could see each row (causal) */
+            counts[g] = pkv_arena_alloc(arena, (size_t)h->n_rows * sizeof(int32_t) + 4);
+            if (!counts[g]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+            for (int j = 0; j < h->n_rows; j++)
+                counts[g][j] = h->pos[j] < first_new_pos ? n_new : first_new_pos + n_new - h->pos[j];
+        }
+    }
+    pkv_press_input in = {
+        .layer = il,
+        .n_layers = hp->n_layer,
+        .n_head = hp->n_head,
+        .n_head_kv = nkv,
+        .head_dim_k = L->head_dim_k,
+        .head_dim_v = L->head_dim_v,
+        .attn_scale = hp->attn_scale,
+        .window = ps->window,
+        .q_window = ps->q_window,
+        .q_pos = ps->q_pos,
+        .n_rows = n_rows,
+        .keys = keys,
+        .values = ops->needs_values ? values : NULL,
+        .pos = pos,
+        .attn_sum = ps->acc ? (const float *const *)ps->acc : NULL,
+        .attn_count = ps->acc ? (const int32_t *const *)counts : NULL,
+        .comp = &s->comp,
+        .arena = arena,
+        .seed = ps->cfg->seed,
+    };
+    pkv_press_selection sel;
+    if (pkv_press_run(ps->cfg, &in, &sel, err)) return -1;
+
+    ps->rows_before += pkv_kvcache_layer_rows(c, il);
+    if (sel.per_query_head) {
+        if (pkv_kvcache_split_heads(c, il, sel.n_sel, (const int32_t *const *)sel.keep, sel.n_keep, 16, err))
+            return -1;
+    } else {
+        for (int g = 0; g < nkv; g++)
+            if (pkv_kvcache_keep_rows(c, il, g, sel.keep[g], sel.n_keep[g], 16, err)) return -1;
+    }
+    ps->rows_after += pkv_kvcache_layer_rows(c, il);
     return 0;
 }
 
@@ -77,9 +211,10 @@ static void head_norm(float *x, const pkv_tensor *w, int n_tok, int n_heads, int
     pkv_rmsnorm(x, x, w->data, head_dim, n_tok * n_heads, eps);
 }
 
-/* Attention block of layer il for n_tok tokens at positions pos; x is the
- * chunk's slice of the residual stream, updated in place. */
-static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos, int n_tok, pkv_error *err) {
+/* Attention block of layer il for the chunk's tokens at positions pos; x is
+ * the chunk's slice of the residual stream, updated in place. */
+static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos, int n_tok, float *const *acc,
+                           pkv_error *err) {
     const pkv_model *m = s->model;
     const pkv_hparams *hp = &m->hp;
     const pkv_layer_weights *L = &m->layers[il];
@@ -106,9 +241,11 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
 
     if (pkv_kvcache_reserve(&s->cache, il, n_tok, err)) return -1;
     pkv_kvcache_append(&s->cache, s->comp.kern, il, w->k, w->v, pos, n_tok);
+    if (ensure_attn_scratch(s, il, err)) return -1;
 
-    pkv_attn_params ap = {.n_head = hp->n_head, .scale = hp->attn_scale, .softcap = hp->attn_logit_softcap};
-    pkv_attention(&s->comp, &s->cache, il, &ap, w->q, pos, n_tok, w->att);
+    pkv_attn_params ap = {
+        .n_head = hp->n_head, .scale = hp->attn_scale, .softcap = hp->attn_logit_softcap, .acc_probs = acc};
+    pkv_attention(&s->comp, &s->cache, il, &ap, w->q, pos, n_tok, w->att, w->attn_scratch);
     matmul(s, &L->wo, w->att, n_tok, w->proj);
     if (pkv_tensor_present(&L->post_attn_norm))
         pkv_rmsnorm(w->proj, w->proj, L->post_attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
@@ -149,24 +286,50 @@ static void compute_logits(pkv_session *s, const float *h, int n_rows, float *lo
 
 /* ---------------------------------------------------------------- the pass */
 
-int pkv_forward(pkv_session *s, const int32_t *tokens, int n, pkv_row_logits_fn row_fn, void *user, pkv_error *err) {
+static int setup_press(pkv_session *s, press_state *ps, const pkv_press_cfg *cfg, int n, pkv_error *err) {
+    const pkv_hparams *hp = &s->model->hp;
+    memset(ps, 0, sizeof *ps);
+    ps->cfg = cfg;
+    ps->window = cfg->window < n ? cfg->window : n;
+    if (ps->window < 1) ps->window = 1;
+    ps->first_window = n - ps->window;
+    pkv_work *w = &s->work;
+    if (grow((void **)&w->q_window, (size_t)hp->n_head * ps->window * hp->head_dim_k * sizeof(float), err) ||
+        grow((void **)&w->q_window_pos, (size_t)ps->window * sizeof(int32_t), err))
+        return -1;
+    ps->q_window = w->q_window;
+    ps->q_pos = w->q_window_pos;
+    if (cfg->ops->needs_attn_sum) {
+        if (grow((void **)&w->acc_heads, (size_t)hp->n_head * sizeof(float *), err)) return -1;
+        ps->acc = w->acc_heads;
+    }
+    return 0;
+}
+
+int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_row_logits_fn row_fn,
+                void *user, pkv_forward_stats *stats, pkv_error *err) {
     const pkv_model *m = s->model;
     const pkv_hparams *hp = &m->hp;
     pkv_work *w = &s->work;
     int n_batch = s->opts.n_batch;
     int chunk_cap = n < n_batch ? n : n_batch;
+    if (stats) memset(stats, 0, sizeof *stats);
     if (ensure_chunk_buffers(s, chunk_cap < LOGIT_ROWS ? LOGIT_ROWS : chunk_cap, err)) return -1;
     if (ensure_hidden(s, n, err)) return -1;
     if (row_fn && !w->logit_rows &&
         grow((void **)&w->logit_rows, (size_t)LOGIT_ROWS * hp->n_vocab * sizeof(float), err))
         return -1;
-
-    /* embeddings: x = token_embd[tok] * embd_scale */
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return pkv_fail(err, PKV_ERR_ARG, "token %d at index %d is outside the vocabulary [0, %d)", tokens[t],
                             t, hp->n_vocab);
+    press_state ps_storage, *ps = NULL;
+    if (press && press->ops) {
+        if (setup_press(s, &ps_storage, press, n, err)) return -1;
+        ps = &ps_storage;
     }
+
+    /* embeddings: x = token_embd[tok] * embd_scale */
     for (int t = 0; t < n; t++) {
         float *row = w->hidden + (int64_t)t * hp->n_embd;
         pkv_get_row(&s->comp, &m->tok_embd, tokens[t], row);
@@ -176,14 +339,23 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, pkv_row_logits_fn 
 
     for (int il = 0; il < hp->n_layer; il++) {
         if (s->interrupted) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
+        bool pressed = ps && pkv_layer_is_full(m, il); /* sliding-window layers are never pressed (D.6) */
+        pkv_arena_reset(&s->arena);
+        if (pressed && ps->acc && prepare_acc(s, ps, il, n, err)) return -1;
         for (int c0 = 0; c0 < n; c0 += n_batch) {
             int nc = n - c0 < n_batch ? n - c0 : n_batch;
             for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;
             float *x = w->hidden + (int64_t)c0 * hp->n_embd;
-            if (attention_block(s, il, x, w->pos, nc, err)) return -1;
+            if (attention_block(s, il, x, w->pos, nc, pressed ? ps->acc : NULL, err)) return -1;
+            if (pressed) capture_window(ps, hp, w->q, w->pos, c0, nc);
             ffn_block(s, il, x, nc);
             /* sliding-window layers keep only what the next chunk can see */
             pkv_kvcache_trim_window(&s->cache, il, s->n_pos + c0 + nc);
+        }
+        if (pressed) {
+            double t0 = now_seconds();
+            if (press_layer(s, ps, il, n, err)) return -1;
+            ps->seconds += now_seconds() - t0;
         }
     }
 
@@ -199,5 +371,11 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, pkv_row_logits_fn 
         compute_logits(s, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
     }
     s->n_pos += n;
+    if (stats && ps) {
+        stats->compressed = true;
+        stats->press_seconds = ps->seconds;
+        stats->rows_before = ps->rows_before;
+        stats->rows_after = ps->rows_after;
+    }
     return 0;
 }

@@ -15,7 +15,7 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
     if (!c->layers) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the KV cache layer table");
     for (int l = 0; l < n_layers; l++) {
         pkv_kv_layer *L = &c->layers[l];
-        L->n_heads = n_kv_heads;
+        L->n_heads = L->n_heads_kv = n_kv_heads;
         L->head_dim_k = head_dim_k;
         L->head_dim_v = head_dim_v;
         L->sliding_window = sliding_window_per_layer ? sliding_window_per_layer[l] : 0;
@@ -47,8 +47,13 @@ void pkv_kvcache_free(pkv_kvcache *c) {
 }
 
 void pkv_kvcache_clear(pkv_kvcache *c) {
-    for (int l = 0; l < c->n_layers; l++)
-        for (int h = 0; h < c->layers[l].n_heads; h++) free_head(&c->layers[l].heads[h]);
+    for (int l = 0; l < c->n_layers; l++) {
+        pkv_kv_layer *L = &c->layers[l];
+        for (int h = 0; h < L->n_heads; h++) free_head(&L->heads[h]);
+        /* a layer split into query heads goes back to the model's KV heads; the
+         * freed heads are zeroed, so the first n_heads_kv of them serve as they are */
+        L->n_heads = L->n_heads_kv;
+    }
 }
 
 /* Resizes a head's arrays to exactly cap rows (cap >= n_rows). */
@@ -126,6 +131,39 @@ int pkv_kvcache_keep_rows(pkv_kvcache *c, int layer, int head, const int32_t *ro
     h->n_rows = n_keep;
     /* shrink: the memory saved by the press must really be returned */
     return resize_head(c, L, h, n_keep + spare, err);
+}
+
+int pkv_kvcache_split_heads(pkv_kvcache *c, int layer, int n_new_heads, const int32_t *const *rows,
+                            const int *n_keep, int spare, pkv_error *err) {
+    pkv_kv_layer *L = &c->layers[layer];
+    if (n_new_heads % L->n_heads != 0)
+        return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d: %d heads cannot split into %d", layer, L->n_heads,
+                        n_new_heads);
+    int group = n_new_heads / L->n_heads;
+    pkv_kv_head *heads = calloc((size_t)n_new_heads, sizeof *heads);
+    if (!heads) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory splitting layer %d into query heads", layer);
+    size_t kb = (size_t)L->head_dim_k * c->elem_bytes, vb = (size_t)L->head_dim_v * c->elem_bytes;
+    for (int s = 0; s < n_new_heads; s++) {
+        const pkv_kv_head *src = &L->heads[s / group];
+        pkv_kv_head *dst = &heads[s];
+        if (resize_head(c, L, dst, n_keep[s] + spare, err)) {
+            for (int i = 0; i <= s; i++) free_head(&heads[i]);
+            free(heads);
+            return -1;
+        }
+        for (int i = 0; i < n_keep[s]; i++) {
+            int r = rows[s][i];
+            memcpy((char *)dst->k + i * kb, (const char *)src->k + (size_t)r * kb, kb);
+            memcpy((char *)dst->v + i * vb, (const char *)src->v + (size_t)r * vb, vb);
+            dst->pos[i] = src->pos[r];
+        }
+        dst->n_rows = n_keep[s];
+    }
+    for (int h = 0; h < L->n_heads; h++) free_head(&L->heads[h]);
+    free(L->heads);
+    L->heads = heads;
+    L->n_heads = n_new_heads;
+    return 0;
 }
 
 void pkv_kvcache_trim_window(pkv_kvcache *c, int layer, int next_pos) {

@@ -26,7 +26,8 @@ typedef struct {
 } pkv_kv_head;
 
 typedef struct {
-    int n_heads;          /* KV heads */
+    int n_heads;          /* KV heads (query heads after a per-query-head press) */
+    int n_heads_kv;       /* the model's KV heads: what a cleared layer goes back to */
     int head_dim_k;
     int head_dim_v;
     int sliding_window;   /* 0: full attention; else rows older than the window are dropped */
@@ -61,6 +62,12 @@ void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, cons
  * savings. */
 int pkv_kvcache_keep_rows(pkv_kvcache *c, int layer, int head, const int32_t *rows, int n_keep,
                           int spare, pkv_error *err);
+
+/* Per-query-head selection (SnapKV granularity query_head): the layer gets
+ * n_new_heads heads, head s holding rows[s] (ascending) of old head
+ * s / (n_new_heads / n_heads). */
+int pkv_kvcache_split_heads(pkv_kvcache *c, int layer, int n_new_heads, const int32_t *const *rows,
+                            const int *n_keep, int spare, pkv_error *err);
 
 /* Sliding-window layers: drop rows no future query can see (position <=
  * next_pos - window). Amortised: compacts only once the dead rows are at

@@ -1,7 +1,6 @@
 #include "ops.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---------------------------------------------------------------- matmul */
@@ -13,9 +12,10 @@ static pkv_type act_type_of(const pkv_kernels *k, const pkv_tensor *w) {
     return ti->act_type;
 }
 
-size_t pkv_matmul_scratch_bytes(const pkv_tensor *w, int n_tok) {
-    /* the largest activation format per element is f32 */
-    return (size_t)n_tok * (size_t)w->ne[0] * sizeof(float) + 64;
+/* Scratch layout: the converted activations (at most 4 bytes per element, the
+ * f32 case), then one dequantised weight row per thread for the f32 fallback. */
+size_t pkv_matmul_scratch_bytes(int64_t k, int n_tok, int n_threads) {
+    return ((size_t)n_tok + (size_t)n_threads) * (size_t)k * sizeof(float) + 64;
 }
 
 typedef struct {
@@ -27,6 +27,7 @@ typedef struct {
     pkv_type act_type;
     uint64_t act_row_bytes;
     void *act;
+    float *row_tmp; /* n_threads rows of K floats (fallback path) */
 } matmul_job;
 
 static void matmul_quantize_task(void *arg, int ith, int nth) {
@@ -57,13 +58,11 @@ static void matmul_rows_task(void *arg, int ith, int nth) {
         return;
     }
     /* fallback: dequantise the row, then an f32 dot */
-    float *tmp = malloc((size_t)K * sizeof(float));
-    if (!tmp) return;
+    float *tmp = j->row_tmp + (size_t)ith * (size_t)K;
     for (int64_t m = m0; m < m1; m++) {
         j->kern->dequant[w->type](wdata + m * w->row_bytes, tmp, K);
         for (int t = 0; t < j->n_tok; t++) j->y[(int64_t)t * M + m] = j->kern->dot_f32(K, tmp, j->x + t * K);
     }
-    free(tmp);
 }
 
 void pkv_matmul(const pkv_compute *c, const pkv_tensor *w, const float *x, int n_tok, float *y, void *scratch) {
@@ -76,6 +75,7 @@ void pkv_matmul(const pkv_compute *c, const pkv_tensor *w, const float *x, int n
         .act_type = act_type_of(c->kern, w),
     };
     j.act_row_bytes = pkv_row_bytes(j.act_type, w->ne[0]);
+    j.row_tmp = (float *)((char *)scratch + (((size_t)n_tok * (size_t)w->ne[0] * sizeof(float) + 63) & ~(size_t)63));
     if (j.act_type == PKV_TYPE_F32) {
         j.act = (void *)x; /* f32 activations are used as they are */
     } else {

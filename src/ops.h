@@ -21,9 +21,9 @@ typedef struct {
 
 /* ---------------------------------------------------------------- matmul */
 
-/* Bytes of scratch pkv_matmul needs for n_tok activation rows of length
- * w->ne[0] converted to the weight's activation format. */
-size_t pkv_matmul_scratch_bytes(const pkv_tensor *w, int n_tok);
+/* Bytes of scratch pkv_matmul needs for n_tok activation rows of length k
+ * (the weight's row length) with n_threads threads. */
+size_t pkv_matmul_scratch_bytes(int64_t k, int n_tok, int n_threads);
 
 /* y[t, m] = sum_k W[m, k] x[t, k]   for t < n_tok, m < w->ne[1].
  * x: n_tok rows of w->ne[0] floats; y: n_tok rows of w->ne[1] floats.

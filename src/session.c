@@ -85,6 +85,11 @@ void pkv_session_free(pkv_session *s) {
     free(w->logit_rows);
     free(w->inv_freq_global);
     free(w->inv_freq_local);
+    free(w->attn_scratch);
+    free(w->q_window);
+    free(w->q_window_pos);
+    free(w->acc_heads);
+    pkv_arena_free(&s->arena);
     free(s->logits);
     free(s);
 }
@@ -114,36 +119,70 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
     return 0;
 }
 
+/* A press compresses the first prefill of a session, and every later one in
+ * recompress mode; otherwise later turns are appended uncompressed, as the
+ * official SnapKV code does (algorithms.md D.5). */
+static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
+    if (!press || !press->ops) return false;
+    return s->n_pos == 0 || press->mode == PKV_MODE_RECOMPRESS;
+}
+
 int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
                 pkv_error *err) {
     pkv_error_clear(err);
-    (void)press;
     if (check_context(s, n, err)) return -1;
+    if (press && pkv_press_cfg_check(press, err)) return -1;
     double t0 = now_seconds();
     int pos0 = s->n_pos;
-    if (pkv_forward(s, tokens, n, NULL, NULL, err)) return -1;
+    pkv_forward_stats fs;
+    if (pkv_forward(s, tokens, n, press_applies(s, press) ? press : NULL, NULL, NULL, &fs, err)) return -1;
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->n_prompt = n;
         stats->prefill_seconds = now_seconds() - t0;
+        stats->press_seconds = fs.press_seconds;
+        stats->compressed = fs.compressed;
         stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
-        /* what the full cache would hold: every layer keeps every position, sliding layers their window */
-        uint64_t full = 0;
-        int total = pos0 + n;
-        for (int il = 0; il < s->cache.n_layers; il++) {
-            int win = s->cache.layers[il].sliding_window;
-            int rows = win > 0 && total > win - 1 ? win - 1 : total;
-            full += (uint64_t)rows * s->cache.layers[il].n_heads * pkv_kvcache_row_bytes(&s->cache, il);
+        /* what the full cache would hold (f16 or f32 as configured, positions included) */
+        uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
+        uint64_t full = pkv_model_kv_bytes_full(s->model, pos0 + n, s->cache.elem_bytes);
+        for (int il = 0; il < s->model->hp.n_layer; il++) {
+            int rows = pos0 + n;
+            if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window)
+                rows = s->model->hp.sliding_window;
+            full += per_row_overhead * (uint64_t)rows;
         }
         stats->cache_bytes_full = full;
     }
     return 0;
 }
 
+int pkv_session_n_layers(const pkv_session *s) { return s->cache.n_layers; }
+
+bool pkv_session_layer_is_full(const pkv_session *s, int layer) {
+    return layer >= 0 && layer < s->cache.n_layers && pkv_layer_is_full(s->model, layer);
+}
+
+int pkv_session_n_heads(const pkv_session *s, int layer) {
+    return layer >= 0 && layer < s->cache.n_layers ? s->cache.layers[layer].n_heads : 0;
+}
+
+int pkv_session_head_rows(const pkv_session *s, int layer, int head) {
+    if (head < 0 || head >= pkv_session_n_heads(s, layer)) return 0;
+    return s->cache.layers[layer].heads[head].n_rows;
+}
+
+int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *out, int max) {
+    int n = pkv_session_head_rows(s, layer, head);
+    const int32_t *pos = n ? s->cache.layers[layer].heads[head].pos : NULL;
+    for (int i = 0; i < n && i < max; i++) out[i] = pos[i];
+    return n;
+}
+
 int pkv_decode(pkv_session *s, int32_t token, pkv_error *err) {
     pkv_error_clear(err);
     if (check_context(s, 1, err)) return -1;
-    return pkv_forward(s, &token, 1, NULL, NULL, err);
+    return pkv_forward(s, &token, 1, NULL, NULL, NULL, NULL, err);
 }
 
 typedef struct {
@@ -161,7 +200,7 @@ int pkv_eval(pkv_session *s, const int32_t *tokens, int n, pkv_logits_fn fn, voi
     if (!fn) return pkv_fail(err, PKV_ERR_ARG, "pkv_eval needs a logits callback");
     if (check_context(s, n, err)) return -1;
     eval_ctx e = {fn, user};
-    return pkv_forward(s, tokens, n, eval_row, &e, err);
+    return pkv_forward(s, tokens, n, NULL, eval_row, &e, NULL, err);
 }
 
 /* ---------------------------------------------------------------- tokenizer wrappers */

@@ -4,9 +4,11 @@
 
 #include <signal.h>
 
+#include "arena.h"
 #include "kvcache.h"
 #include "model.h"
 #include "ops.h"
+#include "press.h"
 
 /* Buffers for one forward pass, grown on demand and kept between calls. */
 typedef struct {
@@ -24,6 +26,13 @@ typedef struct {
     int64_t hidden_cap;
     float *logit_rows; /* [LOGIT_ROWS, n_vocab] */
     float *inv_freq_global, *inv_freq_local;
+    float *attn_scratch; /* per-thread softmax rows */
+    size_t attn_scratch_cap;
+
+    /* press state of a compressing call */
+    float *q_window;     /* [n_head, window, head_dim_k] */
+    int32_t *q_window_pos;
+    float **acc_heads;   /* [n_head] pointers into the arena (H2O) */
 } pkv_work;
 
 struct pkv_session {
@@ -35,17 +44,25 @@ struct pkv_session {
     int n_pos;        /* logical length: next token's position */
     float *logits;    /* [n_vocab], last token */
     pkv_work work;
+    pkv_arena arena;  /* per-layer press scratch */
     volatile sig_atomic_t interrupted;
 };
 
 /* Called with the logits of each requested row. */
 typedef void (*pkv_row_logits_fn)(void *user, int index, const float *logits);
 
+typedef struct {
+    bool compressed;
+    double press_seconds;
+    int64_t rows_before, rows_after; /* rows of the pressed layers, summed over heads */
+} pkv_forward_stats;
+
 /* Runs n tokens through the model at positions n_pos.. (layer by layer over
- * chunks of n_batch tokens), appending to the cache. Logits of the last
- * token land in s->logits; with row_fn, every token's logits are passed to
- * it in order. */
-int pkv_forward(pkv_session *s, const int32_t *tokens, int n, pkv_row_logits_fn row_fn, void *user,
-                pkv_error *err);
+ * chunks of n_batch tokens), appending to the cache; with a press, each
+ * full-attention layer is compressed once it has seen all n tokens. Logits of
+ * the last token land in s->logits; with row_fn, every token's logits are
+ * passed to it in order. */
+int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_row_logits_fn row_fn,
+                void *user, pkv_forward_stats *stats, pkv_error *err);
 
 #endif

@@ -1,0 +1,156 @@
+/* The press framework: budgets, forced rows, the shared top-k. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "press.h"
+
+int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
+    (void)layer;
+    (void)n_layers;
+    if (cfg->budget > 0) return cfg->budget;
+    /* kvpress: n_kept = max(1, int(L * (1 - ratio))) */
+    long kept = (long)floor((double)n_rows * (1.0 - cfg->ratio));
+    return kept < 1 ? 1 : (int)kept;
+}
+
+uint64_t pkv_press_rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out) {
+    int g = h / (in->n_head / in->n_head_kv);
+    int n = in->n_rows[g];
+    const float *keys = in->keys[g];
+    const int32_t *pos = in->pos[g];
+    const pkv_kernels *k = in->comp->kern;
+    for (int r = first_query; r < in->window; r++) {
+        const float *q = in->q_window + ((size_t)h * in->window + r) * in->head_dim_k;
+        int32_t qp = in->q_pos[r];
+        /* rows are in ascending position: the visible ones are a prefix */
+        int visible = n;
+        while (visible > 0 && pos[visible - 1] > qp) visible--;
+        float mx = -INFINITY;
+        for (int j = 0; j < visible; j++) {
+            scratch[j] = k->dot_f32(in->head_dim_k, q, keys + (size_t)j * in->head_dim_k) * in->attn_scale;
+            if (scratch[j] > mx) mx = scratch[j];
+        }
+        double sum = 0.0;
+        for (int j = 0; j < visible; j++) {
+            scratch[j] = expf(scratch[j] - mx);
+            sum += scratch[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j < visible; j++) out[j] += scratch[j] * inv;
+    }
+}
+
+/* ---------------------------------------------------------------- top-k */
+
+typedef struct {
+    float score;
+    int32_t row;
+} ranked;
+
+/* score descending, ties to the lower row (= lower position); NaN ranks last */
+static int cmp_ranked(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
+    if (sx != sy) return sx > sy ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    for (int s = 0; s < sel->n_sel; s++) {
+        int g = pkv_sel_kv_head(in, sel, s);
+        int n = in->n_rows[g];
+        const bool *forced = sel->forced[s];
+        int n_forced = 0;
+        for (int j = 0; j < n; j++) n_forced += forced[j];
+        int want = sel->budget[s] - n_forced;
+        ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
+        bool *take = pkv_arena_alloc(in->arena, (size_t)n + 1);
+        int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
+        if (!cand || !take || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
+        int n_cand = 0;
+        for (int j = 0; j < n; j++)
+            if (!forced[j]) cand[n_cand++] = (ranked){sel->scores[s][j], j};
+        if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked);
+        if (want > n_cand) want = n_cand;
+        for (int i = 0; i < want; i++) take[cand[i].row] = true;
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (forced[j] || take[j]) keep[m++] = j;
+        sel->keep[s] = keep;
+        sel->n_keep[s] = m;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- run */
+
+static bool in_protected(const pkv_press_cfg *cfg, int32_t pos) {
+    for (int i = 0; i < cfg->n_protect; i++)
+        if (pos >= cfg->protect[i].begin && pos < cfg->protect[i].end) return true;
+    return false;
+}
+
+int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    const pkv_press_ops *ops = cfg->ops;
+    memset(sel, 0, sizeof *sel);
+    sel->per_query_head = ops->per_query_head && ops->per_query_head(cfg->params);
+    sel->n_sel = sel->per_query_head ? in->n_head : in->n_head_kv;
+    int ns = sel->n_sel;
+    sel->budget = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->budget);
+    sel->scores = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->scores);
+    sel->forced = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->forced);
+    sel->keep = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->keep);
+    sel->n_keep = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->n_keep);
+    if (!sel->budget || !sel->scores || !sel->forced || !sel->keep || !sel->n_keep)
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
+
+    bool any_compress = false;
+    for (int s = 0; s < ns; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        sel->budget[s] = pkv_press_layer_budget(cfg, in->layer, in->n_layers, n);
+        if (sel->budget[s] < n) any_compress = true;
+    }
+    /* S0 gate (A.4): a head whose rows fit the budget keeps them all */
+    if (!any_compress) {
+        for (int s = 0; s < ns; s++) {
+            int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+            int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
+            if (!keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
+            for (int j = 0; j < n; j++) keep[j] = j;
+            sel->keep[s] = keep;
+            sel->n_keep[s] = n;
+        }
+        return 0;
+    }
+
+    int forced_window = ops->forced_window ? ops->forced_window(cfg->params, cfg->window) : 0;
+    for (int s = 0; s < ns; s++) {
+        int g = pkv_sel_kv_head(in, sel, s);
+        int n = in->n_rows[g];
+        if (sel->budget[s] < n && sel->budget[s] <= forced_window)
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
+                            "lower the ratio",
+                            in->layer, sel->budget[s], forced_window);
+        sel->scores[s] = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
+        sel->forced[s] = pkv_arena_alloc(in->arena, (size_t)n + 1);
+        if (!sel->scores[s] || !sel->forced[s])
+            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
+        for (int j = 0; j < n; j++)
+            sel->forced[s][j] = j >= n - forced_window || in_protected(cfg, in->pos[g][j]);
+        /* a head whose rows fit keeps them all: force everything */
+        if (sel->budget[s] >= n) memset(sel->forced[s], 1, (size_t)n);
+    }
+    if (ops->score(cfg->params, in, sel, err)) return -1;
+    if (ops->select) return ops->select(cfg->params, in, sel, err);
+    return pkv_press_topk(in, sel, err);
+}

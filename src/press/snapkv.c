@@ -1,0 +1,147 @@
+/*
+ * SnapKV (algorithms.md Part A), as the official code does it: the softmax
+ * attention of the observation window's queries over all rows (causal inside
+ * the window), summed over the window rows on the prefix (the vote, A.4 S4),
+ * pooled along positions (S5: avg with zero padding and divisor kernel as
+ * PyTorch's avg_pool1d, or max), top-k with ties to the lower position (A.15).
+ *
+ * granularity query_head: each query head selects its own rows, as the
+ * official code (A.5); the cache then stores one head per query head.
+ * granularity kv_head (default, D.2): the votes of a KV head's query group are
+ * aggregated (mean, max or sum) before pooling, one selection per KV head.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "press.h"
+
+typedef enum { POOL_AVG, POOL_MAX } pool_kind;
+typedef enum { AGG_MEAN, AGG_MAX, AGG_SUM } group_agg;
+
+typedef struct {
+    int kernel;
+    pool_kind pool;
+    bool per_query_head;
+    group_agg agg;
+} snapkv_params;
+
+static const pkv_press_option SNAPKV_OPTIONS[] = {
+    {"kernel", "pooling kernel, odd (default 7; 1 = no pooling)"},
+    {"pool", "avg | max (default max)"},
+    {"granularity", "kv_head (default: one selection per KV head) | query_head (official: per query head)"},
+    {"group_agg", "mean | max | sum: how a KV head's query heads vote (kv_head granularity; default mean)"},
+    {NULL, NULL},
+};
+
+static void snapkv_defaults(void *p) {
+    /* the paper's LongBench setting (A.9): w 32, kernel 7, max pooling */
+    *(snapkv_params *)p = (snapkv_params){.kernel = 7, .pool = POOL_MAX, .agg = AGG_MEAN};
+}
+
+static int snapkv_set(void *pp, const char *key, const char *value, pkv_error *err) {
+    snapkv_params *p = pp;
+    if (!strcmp(key, "kernel")) {
+        char *end;
+        long k = strtol(value, &end, 10);
+        if (*value == '\0' || *end || k < 1 || k > 1001 || k % 2 == 0)
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "snapkv kernel must be an odd integer in [1, 1001], got '%s' (even kernels give P+1 "
+                            "pooled scores: algorithms.md A.4 S5)",
+                            value);
+        p->kernel = (int)k;
+    } else if (!strcmp(key, "pool")) {
+        if (!strcmp(value, "avg")) p->pool = POOL_AVG;
+        else if (!strcmp(value, "max")) p->pool = POOL_MAX;
+        else return pkv_fail(err, PKV_ERR_ARG, "snapkv pool must be avg or max, got '%s'", value);
+    } else if (!strcmp(key, "granularity")) {
+        if (!strcmp(value, "kv_head")) p->per_query_head = false;
+        else if (!strcmp(value, "query_head")) p->per_query_head = true;
+        else return pkv_fail(err, PKV_ERR_ARG, "snapkv granularity must be kv_head or query_head, got '%s'", value);
+    } else if (!strcmp(key, "group_agg")) {
+        if (!strcmp(value, "mean")) p->agg = AGG_MEAN;
+        else if (!strcmp(value, "max")) p->agg = AGG_MAX;
+        else if (!strcmp(value, "sum")) p->agg = AGG_SUM;
+        else return pkv_fail(err, PKV_ERR_ARG, "snapkv group_agg must be mean, max or sum, got '%s'", value);
+    } else {
+        return 1; /* not ours */
+    }
+    return 0;
+}
+
+static int snapkv_forced_window(const void *p, int window) {
+    (void)p;
+    return window;
+}
+
+static bool snapkv_per_query_head(const void *p) { return ((const snapkv_params *)p)->per_query_head; }
+
+/* S5: 1-D pooling over the prefix votes, stride 1, padding kernel/2. */
+static void pool1d(const float *v, int n, int kernel, pool_kind kind, float *out) {
+    int half = kernel / 2;
+    if (kind == POOL_AVG) {
+        /* zero padding, divisor always `kernel` (count_include_pad=True) */
+        double run = 0.0;
+        for (int j = 0; j <= half && j < n; j++) run += v[j];
+        for (int i = 0; i < n; i++) {
+            out[i] = (float)(run / kernel);
+            int add = i + half + 1, drop = i - half;
+            if (add < n) run += v[add];
+            if (drop >= 0) run -= v[drop];
+        }
+    } else {
+        for (int i = 0; i < n; i++) {
+            int lo = i - half < 0 ? 0 : i - half, hi = i + half >= n ? n - 1 : i + half;
+            float m = v[lo];
+            for (int j = lo + 1; j <= hi; j++)
+                if (v[j] > m) m = v[j];
+            out[i] = m;
+        }
+    }
+}
+
+static int snapkv_score(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    const snapkv_params *p = pp;
+    int group = in->n_head / in->n_head_kv;
+    for (int s = 0; s < sel->n_sel; s++) {
+        int g = pkv_sel_kv_head(in, sel, s);
+        int n = in->n_rows[g];
+        int prefix = n - in->window;
+        float *votes = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
+        float *head_votes = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
+        float *scratch = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
+        if (!votes || !head_votes || !scratch)
+            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
+        if (sel->per_query_head) {
+            pkv_press_window_attention(in, s, 0, scratch, votes);
+        } else {
+            for (int k = 0; k < group; k++) {
+                memset(head_votes, 0, (size_t)n * sizeof(float));
+                pkv_press_window_attention(in, g * group + k, 0, scratch, head_votes);
+                for (int j = 0; j < prefix; j++) {
+                    if (p->agg == AGG_MAX) votes[j] = k == 0 || head_votes[j] > votes[j] ? head_votes[j] : votes[j];
+                    else votes[j] += head_votes[j];
+                }
+            }
+            if (p->agg == AGG_MEAN)
+                for (int j = 0; j < prefix; j++) votes[j] /= (float)group;
+        }
+        float *score = sel->scores[s];
+        if (prefix > 0) pool1d(votes, prefix, p->kernel, p->pool, score);
+        for (int j = prefix > 0 ? prefix : 0; j < n; j++) score[j] = INFINITY; /* the window: kept anyway */
+    }
+    return 0;
+}
+
+const pkv_press_ops pkv_press_snapkv = {
+    .name = "snapkv",
+    .summary = "SnapKV: observation-window attention votes, pooled, top-k per head (NeurIPS 2024)",
+    .options = SNAPKV_OPTIONS,
+    .params_size = sizeof(snapkv_params),
+    .defaults = snapkv_defaults,
+    .set_option = snapkv_set,
+    .forced_window = snapkv_forced_window,
+    .per_query_head = snapkv_per_query_head,
+    .score = snapkv_score,
+};
