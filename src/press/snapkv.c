@@ -16,15 +16,13 @@
 
 #include "error.h"
 #include "press.h"
-
-typedef enum { POOL_AVG, POOL_MAX } pool_kind;
-typedef enum { AGG_MEAN, AGG_MAX, AGG_SUM } group_agg;
+#include "press/snapkv.h"
 
 typedef struct {
     int kernel;
-    pool_kind pool;
+    pkv_pool_kind pool;
     bool per_query_head;
-    group_agg agg;
+    pkv_group_agg agg;
 } snapkv_params;
 
 static const pkv_press_option SNAPKV_OPTIONS[] = {
@@ -37,7 +35,7 @@ static const pkv_press_option SNAPKV_OPTIONS[] = {
 
 static void snapkv_defaults(void *p) {
     /* the paper's LongBench setting (A.9): w 32, kernel 7, max pooling */
-    *(snapkv_params *)p = (snapkv_params){.kernel = 7, .pool = POOL_MAX, .agg = AGG_MEAN};
+    *(snapkv_params *)p = (snapkv_params){.kernel = 7, .pool = PKV_POOL_MAX, .agg = PKV_AGG_MEAN};
 }
 
 static int snapkv_set(void *pp, const char *key, const char *value, pkv_error *err) {
@@ -52,17 +50,17 @@ static int snapkv_set(void *pp, const char *key, const char *value, pkv_error *e
                             value);
         p->kernel = (int)k;
     } else if (!strcmp(key, "pool")) {
-        if (!strcmp(value, "avg")) p->pool = POOL_AVG;
-        else if (!strcmp(value, "max")) p->pool = POOL_MAX;
+        if (!strcmp(value, "avg")) p->pool = PKV_POOL_AVG;
+        else if (!strcmp(value, "max")) p->pool = PKV_POOL_MAX;
         else return pkv_fail(err, PKV_ERR_ARG, "snapkv pool must be avg or max, got '%s'", value);
     } else if (!strcmp(key, "granularity")) {
         if (!strcmp(value, "kv_head")) p->per_query_head = false;
         else if (!strcmp(value, "query_head")) p->per_query_head = true;
         else return pkv_fail(err, PKV_ERR_ARG, "snapkv granularity must be kv_head or query_head, got '%s'", value);
     } else if (!strcmp(key, "group_agg")) {
-        if (!strcmp(value, "mean")) p->agg = AGG_MEAN;
-        else if (!strcmp(value, "max")) p->agg = AGG_MAX;
-        else if (!strcmp(value, "sum")) p->agg = AGG_SUM;
+        if (!strcmp(value, "mean")) p->agg = PKV_AGG_MEAN;
+        else if (!strcmp(value, "max")) p->agg = PKV_AGG_MAX;
+        else if (!strcmp(value, "sum")) p->agg = PKV_AGG_SUM;
         else return pkv_fail(err, PKV_ERR_ARG, "snapkv group_agg must be mean, max or sum, got '%s'", value);
     } else {
         return 1; /* not ours */
@@ -77,20 +75,19 @@ static int snapkv_forced_window(const void *p, int window) {
 
 static bool snapkv_per_query_head(const void *p) { return ((const snapkv_params *)p)->per_query_head; }
 
-/* S5: 1-D pooling over the prefix votes, stride 1, padding kernel/2. */
-static void pool1d(const float *v, int n, int kernel, pool_kind kind, float *out) {
+void pkv_snapkv_pool(const float *v, int n, int kernel, pkv_pool_kind kind, float *out) {
     int half = kernel / 2;
-    if (kind == POOL_AVG) {
-        /* zero padding, divisor always `kernel` (count_include_pad=True) */
-        double run = 0.0;
-        for (int j = 0; j <= half && j < n; j++) run += v[j];
+    if (kind == PKV_POOL_AVG) {
+        /* zero padding, divisor always `kernel` (avg_pool1d's count_include_pad=True);
+         * each window summed afresh so equal windows give equal sums (ties stay ties) */
         for (int i = 0; i < n; i++) {
-            out[i] = (float)(run / kernel);
-            int add = i + half + 1, drop = i - half;
-            if (add < n) run += v[add];
-            if (drop >= 0) run -= v[drop];
+            int lo = i - half < 0 ? 0 : i - half, hi = i + half >= n ? n - 1 : i + half;
+            double sum = 0.0;
+            for (int j = lo; j <= hi; j++) sum += v[j];
+            out[i] = (float)(sum / kernel);
         }
     } else {
+        /* padding never wins */
         for (int i = 0; i < n; i++) {
             int lo = i - half < 0 ? 0 : i - half, hi = i + half >= n ? n - 1 : i + half;
             float m = v[lo];
@@ -101,34 +98,42 @@ static void pool1d(const float *v, int n, int kernel, pool_kind kind, float *out
     }
 }
 
+void pkv_snapkv_aggregate(const float *const *head_votes, int n_heads, int n, pkv_group_agg agg, float *out) {
+    for (int j = 0; j < n; j++) {
+        float acc = head_votes[0][j];
+        for (int k = 1; k < n_heads; k++) {
+            if (agg == PKV_AGG_MAX) acc = head_votes[k][j] > acc ? head_votes[k][j] : acc;
+            else acc += head_votes[k][j];
+        }
+        out[j] = agg == PKV_AGG_MEAN ? acc / (float)n_heads : acc;
+    }
+}
+
 static int snapkv_score(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     const snapkv_params *p = pp;
     int group = in->n_head / in->n_head_kv;
+    int n_vote_heads = sel->per_query_head ? 1 : group;
     for (int s = 0; s < sel->n_sel; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
         int prefix = n - in->window;
-        float *votes = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
-        float *head_votes = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
-        float *scratch = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
-        if (!votes || !head_votes || !scratch)
+        float **head_votes = pkv_arena_alloc(in->arena, (size_t)n_vote_heads * sizeof(float *));
+        float *votes = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
+        float *scratch = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
+        if (!head_votes || !votes || !scratch)
             return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
-        if (sel->per_query_head) {
-            pkv_press_window_attention(in, s, 0, scratch, votes);
-        } else {
-            for (int k = 0; k < group; k++) {
-                memset(head_votes, 0, (size_t)n * sizeof(float));
-                pkv_press_window_attention(in, g * group + k, 0, scratch, head_votes);
-                for (int j = 0; j < prefix; j++) {
-                    if (p->agg == AGG_MAX) votes[j] = k == 0 || head_votes[j] > votes[j] ? head_votes[j] : votes[j];
-                    else votes[j] += head_votes[j];
-                }
-            }
-            if (p->agg == AGG_MEAN)
-                for (int j = 0; j < prefix; j++) votes[j] /= (float)group;
+        for (int k = 0; k < n_vote_heads; k++) {
+            head_votes[k] = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
+            if (!head_votes[k]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
+            int h = sel->per_query_head ? s : g * group + k;
+            pkv_press_window_attention(in, h, 0, scratch, head_votes[k]);
         }
         float *score = sel->scores[s];
-        if (prefix > 0) pool1d(votes, prefix, p->kernel, p->pool, score);
+        if (prefix > 0) {
+            /* kv_head granularity: aggregate the group's votes before pooling (A.5, D.2) */
+            pkv_snapkv_aggregate((const float *const *)head_votes, n_vote_heads, prefix, p->agg, votes);
+            pkv_snapkv_pool(votes, prefix, p->kernel, p->pool, score);
+        }
         for (int j = prefix > 0 ? prefix : 0; j < n; j++) score[j] = INFINITY; /* the window: kept anyway */
     }
     return 0;

@@ -1,0 +1,289 @@
+/*
+ * Presses inside the engine, on the tiny fixture models: the compression
+ * invariants of evaluation.md §5.1 (budget >= L is bit-identical to the full
+ * cache, kept counts are exactly the budget, the window and protected spans
+ * survive, original positions are kept, results do not depend on threads).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "promptkv.h"
+#include "test.h"
+
+static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";
+static const char *GEMMA = "tests/fixtures/models/tiny-gemma3-f32.gguf";
+
+static void prompt_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (int i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        t[i] = 3 + (int32_t)((x >> 8) % (uint32_t)(n_vocab - 3));
+    }
+}
+
+static pkv_press_cfg *make_press(const char *name, const char *const *kv) {
+    pkv_error err;
+    pkv_press_cfg *cfg = pkv_press_cfg_new(name, &err);
+    if (!cfg) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        return NULL;
+    }
+    for (int i = 0; kv && kv[i]; i += 2)
+        if (pkv_press_cfg_set(cfg, kv[i], kv[i + 1], &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return cfg;
+}
+
+static pkv_session *new_session(pkv_model *m, int threads) {
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = threads;
+    so.n_batch = 13;
+    pkv_error err;
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    if (!s) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return s;
+}
+
+/* Prefill n tokens with the press, then decode `steps` greedy tokens; the
+ * final logits are copied into out. */
+static bool run_press(pkv_model *m, const pkv_press_cfg *cfg, int n, int steps, int threads, float *out,
+                      pkv_prefill_stats *ps_out, pkv_session **keep_session) {
+    int32_t toks[512];
+    prompt_tokens(toks, n, pkv_n_vocab(m), 11);
+    pkv_session *s = new_session(m, threads);
+    if (!s) return false;
+    pkv_error err;
+    pkv_prefill_stats ps;
+    if (pkv_prefill(s, toks, n, cfg, &ps, &err)) {
+        test_fail(__FILE__, __LINE__, "%s", err.msg);
+        pkv_session_free(s);
+        return false;
+    }
+    for (int i = 0; i < steps; i++) {
+        const float *l = pkv_logits(s);
+        int best = 0;
+        for (int k = 1; k < pkv_n_vocab(m); k++)
+            if (l[k] > l[best]) best = k;
+        if (pkv_decode(s, best, &err)) {
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+            break;
+        }
+    }
+    if (out) memcpy(out, pkv_logits(s), (size_t)pkv_n_vocab(m) * sizeof(float));
+    if (ps_out) *ps_out = ps;
+    if (keep_session) *keep_session = s;
+    else pkv_session_free(s);
+    return true;
+}
+
+/* Budget >= L keeps everything: logits bit-identical to no press, for every press. */
+TEST(press_engine_budget_ge_prompt_is_identity) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int nv = pkv_n_vocab(m);
+    float *full = malloc((size_t)nv * sizeof(float)), *got = malloc((size_t)nv * sizeof(float));
+    REQUIRE(run_press(m, NULL, 60, 5, 2, full, NULL, NULL));
+    const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
+    for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
+        const char *opts[] = {"budget", "60", "window", "8", NULL};
+        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        REQUIRE(cfg);
+        if (run_press(m, cfg, 60, 5, 2, got, NULL, NULL))
+            CHECK_MSG(!memcmp(full, got, (size_t)nv * sizeof(float)), "%s with budget = L changed the logits", presses[i]);
+        pkv_press_cfg_free(cfg);
+    }
+    free(full);
+    free(got);
+    pkv_model_free(m);
+}
+
+/* Kept rows per head are exactly the budget; the window survives; positions
+ * ascend; decode continues at the original positions. */
+TEST(press_engine_counts_and_window) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
+    for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
+        const char *opts[] = {"budget", "24", "window", "8", NULL};
+        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_session *s = NULL;
+        pkv_prefill_stats ps;
+        REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, &ps, &s));
+        CHECK(ps.compressed);
+        CHECK(ps.cache_bytes < ps.cache_bytes_full);
+        CHECK_EQ_INT(pkv_session_n_pos(s), 100);
+        for (int l = 0; l < pkv_session_n_layers(s); l++) {
+            for (int h = 0; h < pkv_session_n_heads(s, l); h++) {
+                CHECK_EQ_INT(pkv_session_head_rows(s, l, h), 24);
+                int32_t pos[64];
+                int n = pkv_session_positions(s, l, h, pos, 64);
+                for (int k = 1; k < n; k++) CHECK(pos[k] > pos[k - 1]);
+                if (!strcmp(presses[i], "snapkv"))
+                    for (int k = 0; k < 8; k++) CHECK_MSG(pos[n - 8 + k] == 92 + k, "%s lost window row", presses[i]);
+                if (!strcmp(presses[i], "streamingllm")) {
+                    for (int k = 0; k < 4; k++) CHECK(pos[k] == k);
+                    for (int k = 4; k < 24; k++) CHECK(pos[k] == 80 + k - 4 + 0);
+                }
+            }
+        }
+        /* decode appends one row at logical position 100 */
+        CHECK(pkv_decode(s, 5, &err) == 0);
+        CHECK_EQ_INT(pkv_session_head_rows(s, 0, 0), 25);
+        int32_t pos[64];
+        int n = pkv_session_positions(s, 0, 0, pos, 64);
+        CHECK_EQ_INT(pos[n - 1], 100);
+        pkv_session_free(s);
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_model_free(m);
+}
+
+TEST(press_engine_protected_spans) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const char *opts[] = {"budget", "30", "window", "4", "protect", "40:50", "protect", "10:13", NULL};
+    const char *presses[] = {"snapkv", "knorm", "random", "streamingllm"};
+    for (size_t i = 0; i < 4; i++) {
+        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_session *s = NULL;
+        REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, NULL, &s));
+        for (int l = 0; l < pkv_session_n_layers(s); l++)
+            for (int h = 0; h < pkv_session_n_heads(s, l); h++) {
+                int32_t pos[64];
+                int n = pkv_session_positions(s, l, h, pos, 64);
+                CHECK_EQ_INT(n, 30);
+                bool seen[100] = {0};
+                for (int k = 0; k < n; k++) seen[pos[k]] = true;
+                for (int p = 40; p < 50; p++) CHECK_MSG(seen[p], "%s evicted protected %d", presses[i], p);
+                for (int p = 10; p < 13; p++) CHECK_MSG(seen[p], "%s evicted protected %d", presses[i], p);
+            }
+        pkv_session_free(s);
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_model_free(m);
+}
+
+/* The same kept positions with 1, 2 and 3 threads. */
+TEST(press_engine_thread_invariant) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const char *presses[] = {"snapkv", "h2o", "tova"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *opts[] = {"budget", "20", "window", "6", NULL};
+        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        int32_t ref[2][8][64];
+        for (int t = 1; t <= 3; t++) {
+            pkv_session *s = NULL;
+            REQUIRE(run_press(m, cfg, 90, 0, t, NULL, NULL, &s));
+            for (int l = 0; l < 2; l++)
+                for (int h = 0; h < pkv_session_n_heads(s, l); h++) {
+                    int32_t pos[64];
+                    int n = pkv_session_positions(s, l, h, pos, 64);
+                    if (t == 1) memcpy(ref[l][h], pos, (size_t)n * sizeof *pos);
+                    else CHECK_MSG(!memcmp(ref[l][h], pos, (size_t)n * sizeof *pos), "%s differs at %d threads", presses[i], t);
+                }
+            pkv_session_free(s);
+        }
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_model_free(m);
+}
+
+/* Sliding-window layers are not pressed (D.6); full layers are. */
+TEST(press_engine_gemma_sliding_layers_untouched) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(GEMMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const char *opts[] = {"budget", "20", "window", "4", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_session *s = NULL;
+    REQUIRE(run_press(m, cfg, 80, 0, 2, NULL, NULL, &s));
+    for (int l = 0; l < pkv_session_n_layers(s); l++) {
+        int rows = pkv_session_head_rows(s, l, 0);
+        if (pkv_session_layer_is_full(s, l)) CHECK_EQ_INT(rows, 20);
+        else {
+            /* window 16: rows with positions > 80 - 16 remain (compaction is lazy) */
+            int32_t pos[128];
+            int n = pkv_session_positions(s, l, 0, pos, 128);
+            CHECK(n >= 15 && n < 80);
+            CHECK_EQ_INT(pos[n - 1], 79);
+        }
+    }
+    pkv_session_free(s);
+    pkv_press_cfg_free(cfg);
+    pkv_model_free(m);
+}
+
+/* granularity=query_head stores one head per query head, each with the budget. */
+TEST(press_engine_query_head_granularity) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const char *opts[] = {"budget", "24", "window", "8", "granularity", "query_head", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_session *s = NULL;
+    REQUIRE(run_press(m, cfg, 100, 3, 2, NULL, NULL, &s));
+    pkv_model_info mi;
+    pkv_model_get_info(m, &mi);
+    for (int l = 0; l < pkv_session_n_layers(s); l++) {
+        CHECK_EQ_INT(pkv_session_n_heads(s, l), mi.n_head);
+        for (int h = 0; h < mi.n_head; h++) CHECK_EQ_INT(pkv_session_head_rows(s, l, h), 27);
+    }
+    pkv_session_reset(s);
+    CHECK_EQ_INT(pkv_session_n_heads(s, 0), mi.n_head_kv);
+    pkv_session_free(s);
+    pkv_press_cfg_free(cfg);
+    pkv_model_free(m);
+}
+
+/* Later turns: appended uncompressed by default, compressed again in recompress mode. */
+TEST(press_engine_turns_and_recompress) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int32_t toks[160];
+    prompt_tokens(toks, 160, pkv_n_vocab(m), 5);
+    for (int mode = 0; mode < 2; mode++) {
+        const char *opts[] = {"budget", "24", "window", "8", "mode", mode ? "recompress" : "query_aware", NULL};
+        pkv_press_cfg *cfg = make_press("snapkv", opts);
+        pkv_session *s = new_session(m, 2);
+        CHECK(pkv_prefill(s, toks, 100, cfg, NULL, &err) == 0);
+        CHECK_EQ_INT(pkv_session_head_rows(s, 0, 0), 24);
+        pkv_prefill_stats ps;
+        CHECK(pkv_prefill(s, toks + 100, 40, cfg, &ps, &err) == 0);
+        CHECK_EQ_INT(pkv_session_n_pos(s), 140);
+        CHECK_EQ_INT(pkv_session_head_rows(s, 0, 0), mode ? 24 : 64);
+        CHECK(ps.compressed == (mode == 1));
+        pkv_session_free(s);
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_model_free(m);
+}
+
+/* ratio r keeps floor(L * (1 - r)) rows (kvpress's rule). */
+TEST(press_engine_ratio) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const char *opts[] = {"ratio", "0.75", "window", "8", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_session *s = NULL;
+    REQUIRE(run_press(m, cfg, 99, 0, 2, NULL, NULL, &s));
+    CHECK_EQ_INT(pkv_session_head_rows(s, 1, 1), 24); /* floor(99 * 0.25) */
+    pkv_session_free(s);
+    /* a ratio leaving no more than the window is a clear error */
+    const char *tight[] = {"ratio", "0.95", "window", "8", NULL};
+    pkv_press_cfg *cfg2 = make_press("snapkv", tight);
+    int32_t toks[99];
+    prompt_tokens(toks, 99, pkv_n_vocab(m), 3);
+    s = new_session(m, 1);
+    CHECK(pkv_prefill(s, toks, 99, cfg2, NULL, &err) == -1 && strstr(err.msg, "observation window"));
+    pkv_session_free(s);
+    pkv_press_cfg_free(cfg);
+    pkv_press_cfg_free(cfg2);
+    pkv_model_free(m);
+}
