@@ -170,15 +170,9 @@ typedef struct {
     size_t off, len;
 } tok_fragment;
 
-typedef struct {
-    int32_t rank;
-    size_t pos;
-} special_match;
-
-static int cmp_match(const void *a, const void *b) {
-    const special_match *x = a, *y = b;
-    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-    return (x->pos > y->pos) - (x->pos < y->pos);
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
 }
 
 static int cmp_fragment_pos(const void *a, const void *b) {
@@ -189,30 +183,54 @@ static int cmp_fragment_pos(const void *a, const void *b) {
 /*
  * llama.cpp takes the special tokens one at a time, longest text first, and
  * cuts every leftmost non-overlapping occurrence out of the text fragments
- * still raw. The same result, without rescanning the text per token: find all
- * occurrences with the trie, then accept them in (priority, position) order
- * when they lie wholly in text not yet taken. Every accepted occurrence is at
- * least as long as the one being tested, so it overlaps the candidate only if
- * it covers one of the candidate's two ends: testing the ends is enough.
- * Occurrences that cannot overlap are resolved in independent groups, which
- * keeps the candidate list short.
+ * still raw. Rescanning the whole text once per special token would cost
+ * (number of special tokens) x (text length), so the text is first walked
+ * once with the trie to find groups: maximal spans covered by overlapping
+ * occurrences. An occurrence never overlaps one from another group, so each
+ * group is resolved on its own, with llama.cpp's procedure restricted to the
+ * group's span and to the tokens that occur in it.
  */
-static int resolve_group(const pkv_tokenizer *tok, tok_vec *matches, uint8_t *taken,
+typedef struct {
+    size_t begin, end;   /* span of the current group */
+    tok_vec ranks;       /* int32: distinct ranks occurring in it */
+    uint8_t *rank_seen;  /* by rank */
+    uint8_t *taken;      /* by text byte: already cut out as a special token */
+} special_groups;
+
+static int take_occurrences(const pkv_tokenizer *tok, const char *text, special_groups *g,
+                            int32_t rank, tok_vec *accepted) {
+    int32_t id = tok->special[rank];
+    gguf_str t = tok->text[id];
+    for (size_t pos = g->begin; pos < g->end;) {
+        while (pos < g->end && g->taken[pos]) pos++;
+        size_t raw_end = pos;
+        while (raw_end < g->end && !g->taken[raw_end]) raw_end++;
+        for (size_t q = pos; raw_end - q >= t.len;) {
+            const char *hit = memmem(text + q, raw_end - q, t.ptr, t.len);
+            if (!hit) break;
+            size_t at = (size_t)(hit - text);
+            memset(g->taken + at, 1, t.len);
+            tok_fragment frag = {id, at, t.len};
+            if (tok_vec_push(accepted, &frag)) return -1;
+            q = at + t.len;
+        }
+        pos = raw_end;
+    }
+    return 0;
+}
+
+static int resolve_group(const pkv_tokenizer *tok, const char *text, special_groups *g,
                          tok_vec *accepted) {
-    special_match *m = matches->data;
-    qsort(m, matches->n, sizeof *m, cmp_match);
+    int32_t *ranks = g->ranks.data;
+    qsort(ranks, g->ranks.n, sizeof *ranks, cmp_i32);
     size_t first = accepted->n;
-    for (size_t i = 0; i < matches->n; i++) {
-        int32_t id = tok->special[m[i].rank];
-        size_t len = tok->text[id].len;
-        if (taken[m[i].pos] || taken[m[i].pos + len - 1]) continue;
-        memset(taken + m[i].pos, 1, len);
-        tok_fragment frag = {id, m[i].pos, len};
-        if (tok_vec_push(accepted, &frag)) return -1;
+    for (size_t i = 0; i < g->ranks.n; i++) {
+        if (take_occurrences(tok, text, g, ranks[i], accepted)) return -1;
+        g->rank_seen[ranks[i]] = 0;
     }
     qsort((tok_fragment *)accepted->data + first, accepted->n - first, sizeof(tok_fragment),
           cmp_fragment_pos);
-    matches->n = 0;
+    g->ranks.n = 0;
     return 0;
 }
 
@@ -221,33 +239,44 @@ static bool special_allowed(const pkv_tokenizer *tok, int32_t id, bool parse_spe
     return parse_special || !(tok->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN));
 }
 
+/* Adds an occurrence [p, end) of the token with this rank to the group. */
+static int note_occurrence(const pkv_tokenizer *tok, special_groups *g, size_t len, int32_t rank,
+                           size_t p, size_t end) {
+    if (!g->taken) {
+        g->taken = calloc(len, 1);
+        g->rank_seen = calloc((size_t)tok->n_special, 1);
+        if (!g->taken || !g->rank_seen) return -1;
+    }
+    if (g->ranks.n == 0) g->begin = p;
+    if (end > g->end) g->end = end;
+    if (g->rank_seen[rank]) return 0;
+    g->rank_seen[rank] = 1;
+    return tok_vec_push(&g->ranks, &rank);
+}
+
 static int find_special(const pkv_tokenizer *tok, const char *text, size_t len,
                         bool parse_special, tok_vec *accepted) {
     const tok_trie *tr = &tok->trie;
-    tok_vec matches;
-    tok_vec_init(&matches, sizeof(special_match));
-    uint8_t *taken = NULL;
-    size_t group_end = 0;
+    special_groups g = {0, 0, {0}, NULL, NULL};
+    tok_vec_init(&g.ranks, sizeof(int32_t));
     int rc = 0;
     for (size_t p = 0; p < len && rc == 0; p++) {
-        if (matches.n && p >= group_end) rc = resolve_group(tok, &matches, taken, accepted);
-        if (!tr->first_byte[(unsigned char)text[p]]) continue;
+        if (g.ranks.n && p >= g.end) rc = resolve_group(tok, text, &g, accepted);
+        if (rc || !tr->first_byte[(unsigned char)text[p]]) continue;
         uint32_t node = 0;
-        for (size_t q = p; q < len; q++) {
+        for (size_t q = p; q < len && rc == 0; q++) {
             int64_t child = trie_child(tr, node, (unsigned char)text[q]);
             if (child < 0) break;
             node = (uint32_t)child;
             int32_t id = tr->node_token[node];
-            if (id < 0 || !special_allowed(tok, id, parse_special)) continue;
-            if (!taken && !(taken = calloc(len, 1))) rc = -1;
-            special_match m = {tok->special_rank[id], p};
-            if (rc == 0 && tok_vec_push(&matches, &m)) rc = -1;
-            if (q + 1 > group_end) group_end = q + 1;
+            if (id >= 0 && special_allowed(tok, id, parse_special))
+                rc = note_occurrence(tok, &g, len, tok->special_rank[id], p, q + 1);
         }
     }
-    if (rc == 0 && matches.n) rc = resolve_group(tok, &matches, taken, accepted);
-    tok_vec_free(&matches);
-    free(taken);
+    if (rc == 0 && g.ranks.n) rc = resolve_group(tok, text, &g, accepted);
+    tok_vec_free(&g.ranks);
+    free(g.rank_seen);
+    free(g.taken);
     return rc;
 }
 
@@ -627,11 +656,6 @@ static const char *const k_eog_texts[] = {
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
     "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~["};
-
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
 
 /* A token detected by text becomes a control token (llama.cpp overrides the
  * type so that it is split out and rendered as special). */

@@ -720,6 +720,137 @@ TEST(tok_bpe_speed) {
     unload_vocab(&v);
 }
 
+/* ---------------------------------------------------------------- loading from GGUF */
+
+typedef struct {
+    uint8_t *data;
+    size_t size;
+    gguf_file file;
+} mem_gguf;
+
+/* Writes w to memory and opens it; frees w. */
+static bool open_written(gguf_writer *w, mem_gguf *m) {
+    pkv_error err = {0};
+    memset(m, 0, sizeof *m);
+    bool ok = gguf_writer_to_memory(w, &m->data, &m->size, &err) == 0 &&
+              gguf_open_memory(&m->file, m->data, m->size, "mem.gguf", &err) == 0;
+    if (!ok) printf("    %s\n", err.msg);
+    gguf_writer_free(w);
+    return ok;
+}
+
+static void close_written(mem_gguf *m) {
+    gguf_close(&m->file);
+    free(m->data);
+}
+
+static const char *const k_small_tokens[] = {"<unk>", "<s>", "</s>", "a", "b"};
+
+static gguf_writer *small_vocab_writer(const char *model) {
+    gguf_writer *w = gguf_writer_new();
+    gguf_write_str(w, "general.architecture", "llama");
+    if (model) gguf_write_str(w, "tokenizer.ggml.model", model);
+    gguf_write_arr_str(w, "tokenizer.ggml.tokens", k_small_tokens, 5);
+    return w;
+}
+
+/* Loading fails with a message naming the key, never crashes. */
+static void check_load_error(gguf_writer *w, pkv_status code, const char *key) {
+    mem_gguf m;
+    if (!open_written(w, &m)) {
+        test_fail(__FILE__, __LINE__, "could not write the test file");
+        return;
+    }
+    pkv_error err = {0};
+    pkv_tokenizer *tok = pkv_tokenizer_load(&m.file, &err);
+    CHECK_MSG(!tok && err.code == code && strstr(err.msg, key), "want %s error naming %s, got: %s",
+              pkv_status_name(code), key, tok ? "success" : err.msg);
+    pkv_tokenizer_free(tok);
+    close_written(&m);
+}
+
+TEST(tok_load_errors) {
+    check_load_error(small_vocab_writer(NULL), PKV_ERR_FORMAT, "tokenizer.ggml.model");
+    check_load_error(small_vocab_writer("bert"), PKV_ERR_UNSUPPORTED, "bert");
+    /* BPE needs merges */
+    check_load_error(small_vocab_writer("gpt2"), PKV_ERR_FORMAT, "tokenizer.ggml.merges");
+    /* fewer scores than tokens */
+    gguf_writer *w = small_vocab_writer("llama");
+    const float scores[] = {0, 0};
+    gguf_write_arr_f32(w, "tokenizer.ggml.scores", scores, 2);
+    check_load_error(w, PKV_ERR_FORMAT, "tokenizer.ggml.scores");
+    /* token types of the wrong element type */
+    w = small_vocab_writer("llama");
+    gguf_write_arr_f32(w, "tokenizer.ggml.token_type", (const float[]){1, 1, 1, 1, 1}, 5);
+    check_load_error(w, PKV_ERR_FORMAT, "tokenizer.ggml.token_type");
+    /* tokens must be strings */
+    w = gguf_writer_new();
+    gguf_write_str(w, "tokenizer.ggml.model", "llama");
+    gguf_write_arr_i32(w, "tokenizer.ggml.tokens", (const int32_t[]){1, 2}, 2);
+    check_load_error(w, PKV_ERR_FORMAT, "tokenizer.ggml.tokens");
+    /* an id key of the wrong type */
+    w = small_vocab_writer("llama");
+    gguf_write_str(w, "tokenizer.ggml.bos_token_id", "1");
+    check_load_error(w, PKV_ERR_FORMAT, "bos_token_id");
+}
+
+TEST(tok_load_keys) {
+    gguf_writer *w = small_vocab_writer("llama");
+    gguf_write_u32(w, "tokenizer.ggml.bos_token_id", 4);
+    gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 99); /* out of range: default 2 stays */
+    gguf_write_bool(w, "tokenizer.ggml.add_bos_token", false);
+    gguf_write_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    mem_gguf m;
+    REQUIRE(open_written(w, &m));
+    pkv_error err = {0};
+    pkv_tokenizer *tok = pkv_tokenizer_load(&m.file, &err);
+    REQUIRE_MSG(tok, "%s", err.msg);
+    CHECK_EQ_INT(pkv_tokenizer_bos(tok), 4);
+    CHECK_EQ_INT(pkv_tokenizer_eos(tok), 2);
+    CHECK(!pkv_tokenizer_add_bos(tok));
+    /* no token types: every token is normal, so "<s>" is plain text here */
+    CHECK_EQ_INT(pkv_tokenizer_type(tok, 1), PKV_TOKTYPE_NORMAL);
+    ENCODE_IS(tok, "ab", true, true, IDS(3, 4));
+    size_t len;
+    const char *text = pkv_tokenizer_text(tok, 3, &len);
+    CHECK(text && len == 1 && text[0] == 'a');
+    CHECK(pkv_tokenizer_text(tok, 5, &len) == NULL);
+    pkv_tokenizer_free(tok);
+    close_written(&m);
+}
+
+/* Random bytes: no crash, and a short output buffer gives the same count and
+ * the same leading ids. */
+TEST(tok_random_bytes) {
+    loaded_vocab vocabs[3];
+    const char *paths[3] = {FIXTURE("tokenizer/bpe-llama3.gguf"), FIXTURE("tokenizer/bpe-qwen2.gguf"),
+                            FIXTURE("tokenizer/spm.gguf")};
+    for (int v = 0; v < 3; v++) REQUIRE(load_vocab(paths[v], &vocabs[v]));
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    char text[256];
+    int32_t full[1024], part[8];
+    for (int iter = 0; iter < 300; iter++) {
+        size_t len = (size_t)(iter % 97);
+        for (size_t i = 0; i < len; i++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            uint8_t b = (uint8_t)(state >> 56);
+            /* bias towards spaces, newlines and special-token bytes */
+            text[i] = (char)(b < 40 ? " \n\t<|>"[b % 6] : b);
+        }
+        for (int v = 0; v < 3; v++) {
+            pkv_error err = {0};
+            bool ps = iter & 1;
+            int n = pkv_tokenizer_encode(vocabs[v].tok, text, len, true, ps, full, 1024, &err);
+            int k = pkv_tokenizer_encode(vocabs[v].tok, text, len, true, ps, part, 8, &err);
+            REQUIRE_MSG(n >= 0 && n <= 1024 && k == n, "iter %d vocab %d: %d vs %d (%s)", iter, v,
+                        n, k, err.msg);
+            CHECK(memcmp(full, part, sizeof(int32_t) * (size_t)(n < 8 ? n : 8)) == 0);
+            for (int i = 0; i < n; i++) CHECK(full[i] >= 0 && full[i] < pkv_tokenizer_n_vocab(vocabs[v].tok));
+        }
+    }
+    for (int v = 0; v < 3; v++) unload_vocab(&vocabs[v]);
+}
+
 /* ---------------------------------------------------------------- chat */
 
 /* Renderings compared with jinja2's of the official templates (chat.ref). */
@@ -783,6 +914,36 @@ TEST(tok_chat_buffer_and_errors) {
     CHECK_STR(pkv_chat_family_name(PKV_CHAT_LLAMA3), "llama3");
 }
 
+TEST(tok_chat_detect) {
+    /* from the template text */
+    gguf_writer *w = gguf_writer_new();
+    gguf_write_str(w, "tokenizer.chat_template", "{{ '<|im_start|>' + message['role'] }}");
+    mem_gguf m;
+    REQUIRE(open_written(w, &m));
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "llama"), PKV_CHAT_CHATML);
+    close_written(&m);
+    w = gguf_writer_new();
+    gguf_write_str(w, "tokenizer.chat_template", "{{ '<|start_header_id|>' }}");
+    REQUIRE(open_written(w, &m));
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "qwen2"), PKV_CHAT_LLAMA3);
+    close_written(&m);
+    /* no template: from the architecture (llama needs the header token) */
+    static const char *const with_header[] = {"a", "<|start_header_id|>"};
+    w = gguf_writer_new();
+    gguf_write_arr_str(w, "tokenizer.ggml.tokens", with_header, 2);
+    REQUIRE(open_written(w, &m));
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "llama"), PKV_CHAT_LLAMA3);
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "gemma3"), PKV_CHAT_GEMMA);
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "qwen2"), PKV_CHAT_CHATML);
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "phi3"), PKV_CHAT_NONE);
+    close_written(&m);
+    w = gguf_writer_new();
+    gguf_write_arr_str(w, "tokenizer.ggml.tokens", with_header, 1);
+    REQUIRE(open_written(w, &m));
+    CHECK_EQ_INT(pkv_chat_detect(&m.file, "llama"), PKV_CHAT_NONE);
+    close_written(&m);
+}
+
 /* ---------------------------------------------------------------- real model (Gemma 3 270M) */
 
 #define GEMMA_PATH "models/gemma-3-270m-q4_k_m.gguf"
@@ -829,20 +990,26 @@ TEST(real_tok_gemma3_round_trip) {
 }
 
 TEST(real_tok_gemma3_speed) {
+    gguf_file f;
+    pkv_error err = {0};
+    REQUIRE_MSG(gguf_open(&f, GEMMA_PATH, &err) == 0, "%s missing (make model): %s", GEMMA_PATH,
+                err.msg);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    loaded_vocab v;
-    REQUIRE_MSG(load_vocab(GEMMA_PATH, &v), "%s missing (make model)", GEMMA_PATH);
+    pkv_tokenizer *tok = pkv_tokenizer_load(&f, &err);
     double load_secs = seconds_since(&t0);
-    /* the 262144-token vocabulary (file mapping included) loads fast */
-    CHECK_MSG(load_secs < 0.25 * TOK_TIME_SCALE, "vocabulary load took %.3f s", load_secs);
+    REQUIRE_MSG(tok, "%s", err.msg);
+    /* building the 262144-token vocabulary (hash maps, special-token trie) */
+    CHECK_MSG(load_secs < 0.1 * TOK_TIME_SCALE, "vocabulary build took %.3f s", load_secs);
     size_t len;
     char *text = long_text(&len);
     REQUIRE(text);
     double secs;
-    int n = count_tokens_timed(v.tok, text, len, &secs);
+    int n = count_tokens_timed(tok, text, len, &secs);
     CHECK(n >= 100000);
     CHECK_MSG(secs < 1.0 * TOK_TIME_SCALE, "%d tokens took %.3f s", n, secs);
+    printf("    vocabulary build %.1f ms; %d tokens in %.1f ms\n", load_secs * 1e3, n, secs * 1e3);
     free(text);
-    unload_vocab(&v);
+    pkv_tokenizer_free(tok);
+    gguf_close(&f);
 }
