@@ -459,6 +459,9 @@ static int encode_piece(const cp_text *t, size_t b, size_t e, tok_vec *word) {
 
 int tok_bpe_encode(const pkv_tokenizer *tok, const char *text, size_t len, tok_out *out,
                    pkv_error *err) {
+    /* symbol offsets are 32-bit; a byte becomes at most 2 encoded bytes */
+    if (len > UINT32_MAX / 4)
+        return pkv_fail(err, PKV_ERR_LIMIT, "BPE: fragment of %zu bytes is too long", len);
     cp_text t;
     tok_vec ends;
     bpe_scratch s;

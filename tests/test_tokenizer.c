@@ -960,6 +960,10 @@ TEST(real_tok_gemma3_vs_llamacpp) {
     CHECK(pkv_tokenizer_is_eog(v.tok, 106));
     CHECK(pkv_tokenizer_is_eog(v.tok, 1));
     CHECK(!pkv_tokenizer_is_eog(v.tok, 105));
+    /* "</s>" (212) is a user-defined tag in Gemma 3, but llama.cpp recognises
+     * its text as end-of-generation and treats it as control */
+    CHECK(pkv_tokenizer_is_eog(v.tok, 212));
+    CHECK_EQ_INT(pkv_tokenizer_type(v.tok, 212), PKV_TOKTYPE_CONTROL);
     unload_vocab(&v);
 }
 

@@ -228,6 +228,10 @@ GEMMA_EXTRA = [
     b"\x01\x02\x7f",
     b"bad utf-8: \xff\xfe \xc3( \xe2\x82",
     b"\xf0\x93\x80\x80 \xf0\x9d\x95\xab",               # U+13000, U+1D56B
+    b"a</s>b <s>c</b> <eos>",   # </s> is user-defined in Gemma 3 yet an end-of-generation text
+    b"windows\r\nline\r\n\r\n end \n\n\n\n  \n",
+    b"<start_of_turn><end_of_turn><start_of_turn>",
+    b"<<start_of_turn>>  <end_of_turn \xe2\x96\x81\xe2\x96\x81x",
 ]
 
 CORPUS = """
