@@ -88,7 +88,8 @@ static void put_trimmed(chat_out *o, const char *s) {
         begin += used;
     while (end > begin) {
         size_t start = end - 1;
-        while (start > begin && end - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80) start--;
+        while (start > begin && end - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80)
+            start--;
         uint32_t cp = pkv_utf8_decode(s + start, end - start, &used);
         if (start + used != end || !is_python_space(cp)) break;
         end = start;

@@ -110,7 +110,9 @@ static int cp_text_decode(const char *s, size_t len, cp_text *t) {
 }
 
 /* Flags at pos, 0 past the end of the piece being split. */
-static uint16_t fl_at(const cp_text *t, size_t pos, size_t end) { return pos < end ? t->fl[pos] : 0; }
+static uint16_t fl_at(const cp_text *t, size_t pos, size_t end) {
+    return pos < end ? t->fl[pos] : 0;
+}
 
 static bool is_newline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
 
@@ -261,7 +263,14 @@ static int split_ascii_triples(const cp_text *t, size_t begin, size_t end, tok_v
     return 0;
 }
 
-typedef enum { STAGE_LLAMA3, STAGE_QWEN2, STAGE_GPT2, STAGE_PUNCT, STAGE_DIGITS, STAGE_TRIPLES } stage;
+typedef enum {
+    STAGE_LLAMA3,
+    STAGE_QWEN2,
+    STAGE_GPT2,
+    STAGE_PUNCT,
+    STAGE_DIGITS,
+    STAGE_TRIPLES
+} stage;
 
 static int run_stage(stage s, const cp_text *t, size_t begin, size_t end, tok_vec *ends) {
     switch (s) {
@@ -283,7 +292,9 @@ static int split_codepoints(tok_pre pre, const cp_text *t, tok_vec *ends) {
     const stage *stages = k_default;
     size_t n_stages = 4;
     if (pre != TOK_PRE_DEFAULT) {
-        single = pre == TOK_PRE_LLAMA3 ? STAGE_LLAMA3 : pre == TOK_PRE_QWEN2 ? STAGE_QWEN2 : STAGE_GPT2;
+        single = pre == TOK_PRE_LLAMA3  ? STAGE_LLAMA3
+                 : pre == TOK_PRE_QWEN2 ? STAGE_QWEN2
+                                        : STAGE_GPT2;
         stages = &single;
         n_stages = 1;
     }

@@ -3,7 +3,10 @@
  * and the encode/decode entry points. The SPM and BPE algorithms themselves
  * are in tok_spm.c and tok_bpe.c. Behaviour follows llama.cpp's
  * llama-vocab.cpp token for token; where it depends on hash-map iteration
- * order there, the lowest id is taken here (noted at each place).
+ * order there, the lowest id is taken here (noted at each place). Not
+ * replicated: llama.cpp's attribute tweaks keyed on model names (lstrip /
+ * rstrip for jina, phi-3, modern-bert) and the gpt-oss / Gemma 4 specific
+ * adjustments of the end-of-generation set.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -156,7 +159,8 @@ static int trie_build(pkv_tokenizer *tok) {
     for (int32_t i = 0; i < tok->n_special; i++) {
         gguf_str s = tok->text[tok->special[i]];
         uint32_t node = 0;
-        for (uint64_t j = 0; j < s.len; j++) node = trie_add_child(tr, node, (unsigned char)s.ptr[j]);
+        for (uint64_t j = 0; j < s.len; j++)
+            node = trie_add_child(tr, node, (unsigned char)s.ptr[j]);
         tr->node_token[node] = tok->special[i];
         tr->first_byte[(unsigned char)s.ptr[0]] = true;
     }
@@ -335,7 +339,8 @@ int pkv_tokenizer_encode(const pkv_tokenizer *tok, const char *text, size_t len,
         return pkv_fail(err, PKV_ERR_ARG, "tokenize: bad argument");
     tok_out o = {out, max_tokens, 0};
     if (add_special && tok->add_bos) {
-        if (tok->bos < 0) return pkv_fail(err, PKV_ERR_FORMAT, "tokenize: add_bos set but no BOS token");
+        if (tok->bos < 0)
+            return pkv_fail(err, PKV_ERR_FORMAT, "tokenize: add_bos set but no BOS token");
         tok_emit(&o, tok->bos);
     }
     tok_vec frags;
@@ -346,7 +351,8 @@ int pkv_tokenizer_encode(const pkv_tokenizer *tok, const char *text, size_t len,
     tok_vec_free(&frags);
     if (rc) return -1;
     if (add_special && tok->add_eos) {
-        if (tok->eos < 0) return pkv_fail(err, PKV_ERR_FORMAT, "tokenize: add_eos set but no EOS token");
+        if (tok->eos < 0)
+            return pkv_fail(err, PKV_ERR_FORMAT, "tokenize: add_eos set but no EOS token");
         tok_emit(&o, tok->eos);
     }
     if (o.n > INT_MAX)
@@ -628,23 +634,24 @@ static int32_t find_any(const pkv_tokenizer *tok, const char *const *texts, size
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Texts llama.cpp recognises (DeepSeek's use U+FF5C and U+2581). */
+#define FW_BAR "\xef\xbd\x9c"
+#define SP_MARK "\xe2\x96\x81"
+
 static const char *const k_eot_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<EOT>", "_<EOT>", "[EOT]", "<" FW_BAR "end" SP_MARK "of" SP_MARK "sentence" FW_BAR ">",
     "<end_of_utterance>"};
 static const char *const k_eom_texts[] = {"<|eom_id|>"};
-static const char *const k_fim_pre_texts[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
-                                              "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-                                              "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>",
-                                              "<|prefix|>"};
-static const char *const k_fim_suf_texts[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
-                                              "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-                                              "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>",
-                                              "<|suffix|>"};
-static const char *const k_fim_mid_texts[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
-                                              "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-                                              "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>",
-                                              "<|middle|>"};
+static const char *const k_fim_pre_texts[] = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FW_BAR "fim" SP_MARK "begin" FW_BAR ">",
+    "<PRE>", SP_MARK "<PRE>", "<|code_prefix|>", "<|prefix|>"};
+static const char *const k_fim_suf_texts[] = {
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FW_BAR "fim" SP_MARK "hole" FW_BAR ">",
+    "<SUF>", SP_MARK "<SUF>", "<|code_suffix|>", "<|suffix|>"};
+static const char *const k_fim_mid_texts[] = {
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FW_BAR "fim" SP_MARK "end" FW_BAR ">",
+    "<MID>", SP_MARK "<MID>", "<|code_middle|>", "<|middle|>"};
 static const char *const k_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
                                               "[PAD]"};
 static const char *const k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
@@ -655,7 +662,7 @@ static const char *const k_eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
     "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~["};
+    "<" FW_BAR "end" SP_MARK "of" SP_MARK "sentence" FW_BAR ">", "[e~["};
 
 /* A token detected by text becomes a control token (llama.cpp overrides the
  * type so that it is split out and rendered as special). */
@@ -865,8 +872,9 @@ static int read_numeric_arrays(const gguf_file *f, uint64_t n, loaded_arrays *a,
     if (types && types->v.arr.elem_type != GGUF_VT_INT32)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: tokenizer.ggml.token_type is not int32", f->path);
     if (scores && scores->v.arr.count < n)
-        return pkv_fail(err, PKV_ERR_FORMAT, "%s: tokenizer.ggml.scores has %llu entries < %llu tokens",
-                        f->path, (unsigned long long)scores->v.arr.count, (unsigned long long)n);
+        return pkv_fail(err, PKV_ERR_FORMAT,
+                        "%s: tokenizer.ggml.scores has %llu entries < %llu tokens", f->path,
+                        (unsigned long long)scores->v.arr.count, (unsigned long long)n);
     if (types && types->v.arr.count < n)
         return pkv_fail(err, PKV_ERR_FORMAT,
                         "%s: tokenizer.ggml.token_type has %llu entries < %llu tokens", f->path,
@@ -915,8 +923,8 @@ pkv_tokenizer *pkv_tokenizer_load(const gguf_file *f, pkv_error *err) {
     else {
         char name[64];
         gguf_str_copy(model, name, sizeof name);
-        pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%s' not supported (llama, gpt2)",
-                 f->path, name);
+        pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                 "%s: tokenizer.ggml.model '%s' not supported (llama, gpt2)", f->path, name);
         return NULL;
     }
     const gguf_value *tokens, *merges = NULL;

@@ -160,9 +160,11 @@ static bool encode_is(const pkv_tokenizer *tok, const char *text, size_t len, bo
     return same;
 }
 
-#define IDS(...) ((const int32_t[]){__VA_ARGS__}), (int)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
+#define IDS(...)                                                                                   \
+    ((const int32_t[]){__VA_ARGS__}), (int)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
 #define NO_IDS ((const int32_t *)NULL), 0
-#define ENCODE_IS(tok, text, as, ps, ...) CHECK(encode_is(tok, text, strlen(text), as, ps, __VA_ARGS__))
+#define ENCODE_IS(tok, text, as, ps, ...)                                                          \
+    CHECK(encode_is(tok, text, strlen(text), as, ps, __VA_ARGS__))
 
 /* ---------------------------------------------------------------- unicode */
 
@@ -544,7 +546,8 @@ TEST(tok_bpe_byte_mapping) {
     CHECK_EQ_INT(tok_bpe_byte_to_cp(0x7F), 0x121);
     CHECK_EQ_INT(tok_bpe_byte_to_cp(0xAD), 0x143);
     CHECK_EQ_INT(tok_bpe_byte_to_cp(0xE9), 0xE9);
-    for (int b = 0; b < 256; b++) CHECK_EQ_INT(tok_bpe_cp_to_byte(tok_bpe_byte_to_cp((uint8_t)b)), b);
+    for (int b = 0; b < 256; b++)
+        CHECK_EQ_INT(tok_bpe_cp_to_byte(tok_bpe_byte_to_cp((uint8_t)b)), b);
     CHECK_EQ_INT(tok_bpe_cp_to_byte(0x144), -1);
     CHECK_EQ_INT(tok_bpe_cp_to_byte(0xAD), -1);
 }
@@ -677,10 +680,14 @@ static double seconds_since(const struct timespec *t0) {
 #endif
 
 static char *long_text(size_t *len) {
-    static const char *const parts[] = {
-        "The quick brown fox jumps over the lazy dog. ", "for (int i = 0; i < n; i++) {\n\tx += 1;\n}\n",
-        "Numbers 12345 and 3.14159; ", "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c ",
-        "I'm sure it's fine.   ", "\xc3\x84pfel \xc3\xbc" "ber Stra\xc3\x9f" "e\n\n"};
+    static const char *const parts[] = {"The quick brown fox jumps over the lazy dog. ",
+                                        "for (int i = 0; i < n; i++) {\n\tx += 1;\n}\n",
+                                        "Numbers 12345 and 3.14159; ",
+                                        "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c ",
+                                        "I'm sure it's fine.   ",
+                                        "\xc3\x84pfel \xc3\xbc"
+                                        "ber Stra\xc3\x9f"
+                                        "e\n\n"};
     size_t cap = 600000, n = 0;
     char *s = malloc(cap);
     for (int k = 0; s && n + 64 < cap; k++) {
@@ -823,8 +830,8 @@ TEST(tok_load_keys) {
  * the same leading ids. */
 TEST(tok_random_bytes) {
     loaded_vocab vocabs[3];
-    const char *paths[3] = {FIXTURE("tokenizer/bpe-llama3.gguf"), FIXTURE("tokenizer/bpe-qwen2.gguf"),
-                            FIXTURE("tokenizer/spm.gguf")};
+    const char *paths[3] = {FIXTURE("tokenizer/bpe-llama3.gguf"),
+                            FIXTURE("tokenizer/bpe-qwen2.gguf"), FIXTURE("tokenizer/spm.gguf")};
     for (int v = 0; v < 3; v++) REQUIRE(load_vocab(paths[v], &vocabs[v]));
     uint64_t state = 0x9e3779b97f4a7c15ull;
     char text[256];
@@ -845,7 +852,8 @@ TEST(tok_random_bytes) {
             REQUIRE_MSG(n >= 0 && n <= 1024 && k == n, "iter %d vocab %d: %d vs %d (%s)", iter, v,
                         n, k, err.msg);
             CHECK(memcmp(full, part, sizeof(int32_t) * (size_t)(n < 8 ? n : 8)) == 0);
-            for (int i = 0; i < n; i++) CHECK(full[i] >= 0 && full[i] < pkv_tokenizer_n_vocab(vocabs[v].tok));
+            for (int i = 0; i < n; i++)
+                CHECK(full[i] >= 0 && full[i] < pkv_tokenizer_n_vocab(vocabs[v].tok));
         }
     }
     for (int v = 0; v < 3; v++) unload_vocab(&vocabs[v]);
@@ -907,10 +915,13 @@ TEST(tok_chat_buffer_and_errors) {
     pkv_error err = {0};
     /* too small: the full length is returned, the output truncated and ended */
     int n = pkv_chat_render(PKV_CHAT_GEMMA, NULL, msgs, 1, small, sizeof small, NULL, &err);
-    CHECK_EQ_INT(n, (int)strlen("<bos><start_of_turn>user\nTest<end_of_turn>\n<start_of_turn>model\n"));
+    CHECK_EQ_INT(
+        n, (int)strlen("<bos><start_of_turn>user\nTest<end_of_turn>\n<start_of_turn>model\n"));
     CHECK_STR(small, "<bos><s");
-    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_GEMMA, NULL, msgs, 0, small, sizeof small, NULL, &err), -1);
-    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_NONE, NULL, msgs, 1, small, sizeof small, NULL, &err), -1);
+    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_GEMMA, NULL, msgs, 0, small, sizeof small, NULL, &err),
+                 -1);
+    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_NONE, NULL, msgs, 1, small, sizeof small, NULL, &err),
+                 -1);
     CHECK_STR(pkv_chat_family_name(PKV_CHAT_LLAMA3), "llama3");
 }
 
