@@ -71,9 +71,9 @@ test: all tests $(DEFAULT_MODEL)
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
 fuzz: $(BUILD)/fuzz_gguf
-$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/quant.c src/gguf.h
+$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/gguf.h
 	@mkdir -p $(BUILD)
-	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c src/gguf.c src/error.c src/quant.c -o $@ -lm
+	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c src/gguf.c src/error.c -o $@ -lm
 
 clean:
 	rm -rf $(BUILD)

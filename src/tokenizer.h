@@ -42,12 +42,17 @@ int pkv_tokenizer_n_vocab(const pkv_tokenizer *tok);
 int pkv_tokenizer_encode(const pkv_tokenizer *tok, const char *text, size_t len, bool add_special,
                          bool parse_special, int32_t *out, int max_tokens, pkv_error *err);
 
-/* Same contract as pkv_token_to_piece() in promptkv.h. */
+/* Same contract as pkv_token_to_piece() in promptkv.h. Returns the piece's
+ * full length; when that exceeds buf_len only the first buf_len bytes are
+ * written (so a caller can retry with a larger buffer). */
 int pkv_tokenizer_piece(const pkv_tokenizer *tok, int32_t id, bool render_special, char *buf,
                         int buf_len);
 
 /* The token's text as stored in the vocabulary (not decoded). */
 const char *pkv_tokenizer_text(const pkv_tokenizer *tok, int32_t id, size_t *len);
+/* The type as the tokenizer treats it: the file's token_type, except that
+ * tokens recognised by text as end-of-generation or fill-in-the-middle
+ * markers count as control tokens (as llama.cpp does). 0 for a bad id. */
 int pkv_tokenizer_type(const pkv_tokenizer *tok, int32_t id);
 /* Id of a token with exactly this text, or -1. */
 int32_t pkv_tokenizer_find(const pkv_tokenizer *tok, const char *text);
@@ -74,7 +79,13 @@ const char *pkv_chat_family_name(pkv_chat_family family);
  * with add_special = false and parse_special = true (engine-notes.md §4.6,
  * the double-BOS trap). Returns bytes written (excluding NUL) or -1; also
  * fills *system_end (may be NULL) with the byte offset where the system
- * prompt's rendering ends, for protected spans. */
+ * prompt's rendering ends, for protected spans. If the rendering does not fit
+ * in buf_len - 1 bytes, its full length is returned and buf holds a
+ * NUL-terminated prefix. system_end is 0 when nothing of a system prompt is
+ * rendered; ChatML renders Qwen2's default system prompt when the
+ * conversation has none. tok may be NULL (the usual BOS texts are used).
+ * Errors: no messages, a message without role or content, Gemma roles that do
+ * not alternate user/assistant (the template raises), family NONE. */
 int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok,
                     const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
                     int *system_end, pkv_error *err);
