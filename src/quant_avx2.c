@@ -42,11 +42,12 @@ static inline uint32_t load_u32(const void *p) {
 }
 
 /* 32 nibbles of a legacy block as bytes 0..15: element j < 16 is the low
- * nibble of qs[j], element 16 + j the high nibble (engine-notes.md §2.1). */
+ * nibble of qs[j], element 16 + j the high nibble (engine-notes.md §2.1).
+ * The 16 bytes are broadcast to both halves by the load itself; one variable
+ * shift moves the high half's high nibbles down. */
 static inline __m256i legacy_nibbles(const uint8_t *qs) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(v, _mm256_set1_epi8(15));
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
 }
 
 /* 0xFF in byte j where bit j of bits is set (the Q5 fifth bits). */
@@ -409,101 +410,145 @@ float pkv_vec_dot_bf16_avx2(int64_t n, const void *weight_row, const void *act_r
     return sum;
 }
 
+/* Four fp16 fields at base, base + stride, ... as floats. The 16-bit loads
+ * and shifts run in the general-purpose pipes, which are otherwise idle in
+ * these loops, and one conversion serves four blocks. */
+static inline __m128 halves4(const void *base, size_t stride) {
+    const uint8_t *p = base;
+    uint64_t packed = 0;
+    for (int k = 0; k < 4; k++) {
+        uint16_t h;
+        memcpy(&h, p + k * stride, 2);
+        packed |= (uint64_t)h << (16 * k);
+    }
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
+}
+
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* The legacy x Q8_0/Q8_1 kernels share one shape: groups of 4 blocks whose
+ * combined scales d_w*d_a are computed together (stored, then broadcast by
+ * the load unit), one i32 dot vector and one FMA per block into 4
+ * independent accumulators; leftover blocks one at a time. BLOCK_SUMS(k)
+ * gives the 8-lane i32 sums of block k. */
+#define LEGACY_DOT_LOOP(x, y, nb, BLOCK_SUMS)                                                       \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+    int64_t i = 0;                                                                                  \
+    for (; i + 4 <= (nb); i += 4) {                                                                 \
+        float scale[4];                                                                             \
+        _mm_storeu_ps(scale, _mm_mul_ps(halves4(&(x)[i].d, sizeof *(x)), halves4(&(y)[i].d, sizeof *(y)))); \
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {                                     \
+            const int64_t blk = i + k;                                                              \
+            acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[k]), _mm256_cvtepi32_ps(BLOCK_SUMS(blk)), acc[k]); \
+        }                                                                                           \
+    }                                                                                               \
+    for (; i < (nb); i++) {                                                                         \
+        const int64_t blk = i;                                                                      \
+        acc[0] = fma_block(BLOCK_SUMS(blk), half((x)[i].d) * half((y)[i].d), acc[0]);              \
+    }                                                                                               \
+    const __m256 acc_all = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+
 float pkv_vec_dot_q8_0_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q8_0 *x = weight_row;
     const block_q8_0 *y = act_row;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i s0 = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                     _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i s1 = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[i + 1].qs),
-                                     _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = fma_block(s0, half(x[i].d) * half(y[i].d), acc0);
-        acc1 = fma_block(s1, half(x[i + 1].d) * half(y[i + 1].d), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i s = dot_i8_i8(_mm256_loadu_si256((const __m256i *)x[i].qs),
-                                    _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc0 = fma_block(s, half(x[i].d) * half(y[i].d), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+#define Q8_0_SUMS(b) dot_i8_i8(load256(x[b].qs), load256(y[b].qs))
+    LEGACY_DOT_LOOP(x, y, n / QK8_0, Q8_0_SUMS);
+#undef Q8_0_SUMS
+    return hsum_ps(acc_all);
+}
+
+/* Offset quants (q - off) x activations without the sign trick: maddubs of
+ * the unsigned quants minus maddubs of the offset, both as i16 pair sums
+ * (|pairs| <= 31*127*2 and 16*127*2, difference within i16). */
+static inline __m256i dot_offset_u8_i8(__m256i q, __m256i offset, __m256i y) {
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(offset, y));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 float pkv_vec_dot_q4_0_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q4_0 *x = weight_row;
     const block_q8_0 *y = act_row;
-    const int64_t nb = n / QK8_0;
     const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i q0 = _mm256_sub_epi8(legacy_nibbles(x[i].qs), eight);
-        const __m256i q1 = _mm256_sub_epi8(legacy_nibbles(x[i + 1].qs), eight);
-        const __m256i s0 = dot_i8_i8(q0, _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i s1 = dot_i8_i8(q1, _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = fma_block(s0, half(x[i].d) * half(y[i].d), acc0);
-        acc1 = fma_block(s1, half(x[i + 1].d) * half(y[i + 1].d), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i q = _mm256_sub_epi8(legacy_nibbles(x[i].qs), eight);
-        acc0 = fma_block(dot_i8_i8(q, _mm256_loadu_si256((const __m256i *)y[i].qs)), half(x[i].d) * half(y[i].d), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+#define Q4_0_SUMS(b) dot_offset_u8_i8(legacy_nibbles(x[b].qs), eight, load256(y[b].qs))
+    LEGACY_DOT_LOOP(x, y, n / QK8_0, Q4_0_SUMS);
+#undef Q4_0_SUMS
+    return hsum_ps(acc_all);
 }
 
-/* Q5_0 quant minus 16 as a signed byte: the nibble when the fifth bit is set,
- * nibble - 16 (= nibble | 0xF0) when not. */
-static inline __m256i q5_0_signed(const block_q5_0 *b) {
-    const __m256i missing = _mm256_andnot_si256(bits_to_bytes(load_u32(b->qh)), _mm256_set1_epi8((char)0xF0));
-    return _mm256_or_si256(legacy_nibbles(b->qs), missing);
+/* The five-bit quant of a Q5_0/Q5_1 block (0..31): nibble | fifth bit << 4. */
+static inline __m256i q5_unsigned(const uint8_t *qs, const uint8_t *qh) {
+    const __m256i fifth = _mm256_and_si256(bits_to_bytes(load_u32(qh)), _mm256_set1_epi8(16));
+    return _mm256_or_si256(legacy_nibbles(qs), fifth);
+}
+
+/* Q5_0: sum (nibble + 16*bit - 16) * y = maddubs(nibble, y) - 16 * (y where
+ * the fifth bit is clear), which needs no shift or or of the fifth bits. */
+static inline __m256i q5_0_sums(const block_q5_0 *b, __m256i y) {
+    const __m256i y_bit_clear = _mm256_andnot_si256(bits_to_bytes(load_u32(b->qh)), y);
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(legacy_nibbles(b->qs), y),
+                                       _mm256_maddubs_epi16(_mm256_set1_epi8(16), y_bit_clear));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
 float pkv_vec_dot_q5_0_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q5_0 *x = weight_row;
     const block_q8_0 *y = act_row;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i s0 = dot_i8_i8(q5_0_signed(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        const __m256i s1 = dot_i8_i8(q5_0_signed(&x[i + 1]), _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
-        acc0 = fma_block(s0, half(x[i].d) * half(y[i].d), acc0);
-        acc1 = fma_block(s1, half(x[i + 1].d) * half(y[i + 1].d), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i s = dot_i8_i8(q5_0_signed(&x[i]), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc0 = fma_block(s, half(x[i].d) * half(y[i].d), acc0);
-    }
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+#define Q5_0_SUMS(b) q5_0_sums(&x[b], load256(y[b].qs))
+    LEGACY_DOT_LOOP(x, y, n / QK8_0, Q5_0_SUMS);
+#undef Q5_0_SUMS
+    return hsum_ps(acc_all);
 }
+
+/* The fp16 pairs (d, m) of Q4_1/Q5_1 blocks, or (d, s) of Q8_1 blocks, of 4
+ * consecutive blocks as [d0 m0 d1 m1 | d2 m2 d3 m3]. */
+static inline __m256 half_pairs4(const void *base, size_t stride) {
+    const uint8_t *p = base;
+    uint32_t w[4];
+    for (int k = 0; k < 4; k++) memcpy(&w[k], p + k * stride, 4);
+    const uint64_t lo = w[0] | (uint64_t)w[1] << 32, hi = w[2] | (uint64_t)w[3] << 32;
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
+}
+
+/* Q4_1/Q5_1 x Q8_1: as LEGACY_DOT_LOOP, and one multiply gives both d_w*d_a
+ * (even lanes, the block scales) and m_w*s_a (odd lanes, summed at the end). */
+#define AFFINE_DOT_LOOP(x, y, nb, BLOCK_SUMS)                                                       \
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+    __m256 acc_m = _mm256_setzero_ps();                                                             \
+    int64_t i = 0;                                                                                  \
+    for (; i + 4 <= (nb); i += 4) {                                                                 \
+        float prod[8];                                                                              \
+        const __m256 p = _mm256_mul_ps(half_pairs4(&(x)[i], sizeof *(x)), half_pairs4(&(y)[i], sizeof *(y))); \
+        _mm256_storeu_ps(prod, p);                                                                  \
+        acc_m = _mm256_add_ps(acc_m, p);                                                            \
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {                                     \
+            const int64_t blk = i + k;                                                              \
+            acc[k] = _mm256_fmadd_ps(_mm256_broadcast_ss(&prod[2 * k]), _mm256_cvtepi32_ps(BLOCK_SUMS(blk)), acc[k]); \
+        }                                                                                           \
+    }                                                                                               \
+    float mins = hsum_ps(_mm256_blend_ps(_mm256_setzero_ps(), acc_m, 0xAA));                        \
+    for (; i < (nb); i++) {                                                                         \
+        const int64_t blk = i;                                                                      \
+        acc[0] = fma_block(BLOCK_SUMS(blk), half((x)[i].d) * half((y)[i].d), acc[0]);              \
+        mins += half((x)[i].m) * half((y)[i].s);                                                    \
+    }                                                                                               \
+    const __m256 acc_all = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
 
 float pkv_vec_dot_q4_1_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q4_1 *x = weight_row;
     const block_q8_1 *y = act_row;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m256i s = dot_u8_i8(legacy_nibbles(x[i].qs), _mm256_loadu_si256((const __m256i *)y[i].qs));
-        acc = fma_block(s, half(x[i].d) * half(y[i].d), acc);
-        mins += half(x[i].m) * half(y[i].s);
-    }
-    return hsum_ps(acc) + mins;
+#define Q4_1_SUMS(b) dot_u8_i8(legacy_nibbles(x[b].qs), load256(y[b].qs))
+    AFFINE_DOT_LOOP(x, y, n / QK8_0, Q4_1_SUMS);
+#undef Q4_1_SUMS
+    return hsum_ps(acc_all) + mins;
 }
 
 float pkv_vec_dot_q5_1_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q5_1 *x = weight_row;
     const block_q8_1 *y = act_row;
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        const __m256i fifth = _mm256_and_si256(bits_to_bytes(load_u32(x[i].qh)), _mm256_set1_epi8(16));
-        const __m256i q = _mm256_or_si256(legacy_nibbles(x[i].qs), fifth);
-        acc = fma_block(dot_u8_i8(q, _mm256_loadu_si256((const __m256i *)y[i].qs)), half(x[i].d) * half(y[i].d), acc);
-        mins += half(x[i].m) * half(y[i].s);
-    }
-    return hsum_ps(acc) + mins;
+#define Q5_1_SUMS(b) dot_u8_i8(q5_unsigned(x[b].qs, x[b].qh), load256(y[b].qs))
+    AFFINE_DOT_LOOP(x, y, n / QK8_0, Q5_1_SUMS);
+#undef Q5_1_SUMS
+    return hsum_ps(acc_all) + mins;
 }
 
 /* One 64-element chunk of Q4_K/Q5_K: lo/hi are the quants of sub-blocks 2k
@@ -530,6 +575,7 @@ float pkv_vec_dot_q4_K_avx2(int64_t n, const void *weight_row, const void *act_r
         acc_m = _mm_fmadd_ps(_mm_set1_ps(half(x[i].dmin) * dy), _mm_cvtepi32_ps(k_min_products(m, y[i].bsums)), acc_m);
         const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
             sumi = k_chunk(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
@@ -554,6 +600,7 @@ float pkv_vec_dot_q5_K_avx2(int64_t n, const void *weight_row, const void *act_r
         const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
             const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), q5k_fifth(qh, 2 * k));
@@ -581,11 +628,13 @@ float pkv_vec_dot_q6_K_avx2(int64_t n, const void *weight_row, const void *act_r
         const __m256i all16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         const __m256i offset = _mm256_madd_epi16(all16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
         __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i q[4];
             q6k_chunks(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
             const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(x[i].scales + 8 * h))));
             const int8_t *a = y[i].qs + 128 * h;
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 const __m256i p = _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(a + 32 * c)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, Q6K_SCALES(s16, c)));
