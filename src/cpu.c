@@ -15,17 +15,14 @@ static bool cpu_has_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
-/* The AVX-512 kernels use F/BW/VL/DQ (the Makefile's AVX512_FLAGS) plus the
- * AVX2 set. */
+/* The AVX-512 kernels use F/BW/VL/DQ (the Makefile's AVX512_FLAGS), VNNI
+ * (quant_avx512.c enables it for itself) and the AVX2 set. An AVX-512 CPU
+ * without VNNI (Skylake-SP/X) runs the AVX2 table. */
 static bool cpu_has_avx512(void) {
     __builtin_cpu_init();
     return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
-
-static bool cpu_has_avx512_vnni(void) {
-    __builtin_cpu_init();
-    return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
 }
 
 pkv_simd pkv_simd_detect(void) {
@@ -127,11 +124,25 @@ static const pkv_kernels avx2_kernels = {
     .f16_to_f32 = pkv_f16_to_f32_avx2,
 };
 
+/* Only the quantised dot products have AVX-512 versions (see quant_avx512.c). */
 static const pkv_kernels avx512_kernels = {
     .level = PKV_SIMD_AVX512,
     .dequant = {AVX2_DEQUANT},
     .quantize = {AVX2_QUANTIZE},
-    .vec_dot = {AVX2_VEC_DOT},
+    .vec_dot =
+        {
+            [PKV_TYPE_F32] = pkv_vec_dot_f32_avx2,
+            [PKV_TYPE_F16] = pkv_vec_dot_f16_avx2,
+            [PKV_TYPE_BF16] = pkv_vec_dot_bf16_avx2,
+            [PKV_TYPE_Q4_0] = pkv_vec_dot_q4_0_avx512,
+            [PKV_TYPE_Q4_1] = pkv_vec_dot_q4_1_avx512,
+            [PKV_TYPE_Q5_0] = pkv_vec_dot_q5_0_avx512,
+            [PKV_TYPE_Q5_1] = pkv_vec_dot_q5_1_avx512,
+            [PKV_TYPE_Q8_0] = pkv_vec_dot_q8_0_avx512,
+            [PKV_TYPE_Q4_K] = pkv_vec_dot_q4_K_avx512,
+            [PKV_TYPE_Q5_K] = pkv_vec_dot_q5_K_avx512,
+            [PKV_TYPE_Q6_K] = pkv_vec_dot_q6_K_avx512,
+        },
     .dot_f32 = pkv_dot_f32_avx2,
     .axpy_f32 = pkv_axpy_f32_avx2,
     .dot_f16_f32 = pkv_dot_f16_f32_avx2,
@@ -144,7 +155,7 @@ const pkv_kernels *pkv_kernels_get(pkv_simd level) {
     const pkv_simd best = pkv_simd_detect();
     if (level == PKV_SIMD_AUTO || level > best) level = best;
     switch (level) {
-    case PKV_SIMD_AVX512: return (void)cpu_has_avx512_vnni, &avx512_kernels;
+    case PKV_SIMD_AVX512: return &avx512_kernels;
     case PKV_SIMD_AVX2: return &avx2_kernels;
     default: return &scalar_kernels;
     }

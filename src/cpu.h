@@ -63,4 +63,10 @@ PKV_VEC_DOT_TYPES(X)
 #undef X
 PKV_DECLARE_FLOAT_HELPERS(avx2)
 
+/* AVX-512 (+VNNI): the quantised dot products; the rest of its table is AVX2. */
+#define PKV_AVX512_VEC_DOT_TYPES(X) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q4_K) X(q5_K) X(q6_K)
+#define X(T) PKV_DECLARE_VEC_DOT(avx512, T)
+PKV_AVX512_VEC_DOT_TYPES(X)
+#undef X
+
 #endif
