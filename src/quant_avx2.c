@@ -125,13 +125,6 @@ void pkv_dequant_q4_K_avx2(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* The fifth bits of Q5_K sub-block `bit` (0..7) as 0 or 16 per byte: one
- * 16-bit shift moves bit `bit` of every byte to bit 4 of the same byte. */
-static inline __m256i q5k_fifth(__m256i qh, int bit) {
-    const __m256i shifted = bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4);
-    return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
-}
-
 void pkv_dequant_q5_K_avx2(const void *src, float *dst, int64_t n) {
     const block_q5_K *b = src;
     const __m256i low4 = _mm256_set1_epi8(15);

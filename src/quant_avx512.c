@@ -1,18 +1,22 @@
 /*
  * AVX-512 kernels: F/BW/VL/DQ from the build flags, plus VNNI (vpdpbusd,
  * vpdpwssd), enabled below for this file only. cpu.c offers the AVX-512
- * table only on CPUs with all of them (every AVX-512 CPU since Cascade Lake
- * and Zen 4 has VNNI); others get the AVX2 table.
+ * table only on CPUs with all of them (every AVX-512 CPU since Cascade Lake,
+ * and Zen 4, has VNNI); others get the AVX2 table.
  *
- * What is here is what beat the AVX2 kernels in measurement (single thread,
- * rows in L2): the legacy-block dot products on 256-bit vectors, where mask
- * registers replace the AVX2 fifth-bit expansion and vpdpbusd replaces
- * maddubs + madd; and the K-quant dot products on 512-bit vectors (one
- * vector holds two 32-element sub-blocks), with vpdpwssd applying the
- * sub-block scales and accumulating in one instruction. Everything else in
- * the AVX-512 table (dequantisation, activation quantisation, float helpers)
- * is the AVX2 kernel: 512-bit versions did not measure faster, as those are
- * bound by loads and stores rather than arithmetic.
+ * Only the quantised dot products are here, each measured faster than its
+ * AVX2 version (single thread, rows in L2, Zen 4):
+ *  - legacy blocks on 256-bit vectors: the Q5 fifth bits go straight into a
+ *    mask register instead of the AVX2 shuffle/compare expansion, and
+ *    vpdpbusd replaces maddubs + madd;
+ *  - Q4_K/Q5_K on 256-bit vectors with vpdpwssd applying the sub-block scales
+ *    and accumulating in one instruction (a 512-bit form, one vector per two
+ *    sub-blocks, was slower than AVX2 on Zen 4, which splits 512-bit ops);
+ *  - Q6_K on 512-bit vectors, where ternary logic and one scale shuffle per
+ *    four sub-blocks cut the instruction count enough to pay.
+ * The rest of the AVX-512 table (dequantisation, activation quantisation,
+ * float helpers) is the AVX2 code: those loops are bound by loads and
+ * stores, and 512-bit versions did not measure faster.
  */
 #include <immintrin.h>
 
@@ -26,14 +30,17 @@
 
 static inline __m256i dpbusd(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 
+/* signed x signed: x's sign moved onto y, as dot_i8_i8 in quant_x86.h */
+static inline __m256i q8_0_sums(const block_q8_0 *b, __m256i y) {
+    const __m256i x = load256(b->qs);
+    return dpbusd(_mm256_abs_epi8(x), _mm256_sign_epi8(y, x));
+}
+
 float pkv_vec_dot_q8_0_avx512(int64_t n, const void *weight_row, const void *act_row) {
     const block_q8_0 *x = weight_row;
     const block_q8_0 *y = act_row;
-#define Q8_0_SUMS(b) dot_i8_i8_vnni(load256(x[b].qs), load256(y[b].qs))
-    /* signed x signed: x's sign moved onto y (see dot_i8_i8) */
-#define dot_i8_i8_vnni(xq, yq) dpbusd(_mm256_abs_epi8(xq), _mm256_sign_epi8((yq), (xq)))
+#define Q8_0_SUMS(b) q8_0_sums(&x[b], load256(y[b].qs))
     LEGACY_DOT_LOOP(x, y, n / QK8_0, Q8_0_SUMS);
-#undef dot_i8_i8_vnni
 #undef Q8_0_SUMS
     return hsum_ps(acc_all);
 }
@@ -97,73 +104,67 @@ float pkv_vec_dot_q5_1_avx512(int64_t n, const void *weight_row, const void *act
 /* ternary-logic immediate for (a & b) | c */
 #define TERN_AND_OR 0xEA
 
-/* A 512-bit vector of 32 i16 whose low 256 bits hold scale j of s16 (8 i16
- * broadcast in every 128-bit lane) and whose high 256 bits hold scale j+1. */
-static inline __m512i scale_pair(__m512i s16, int j) {
-    const __m256i lo = _mm256_set1_epi16((short)((2 * j) | ((2 * j + 1) << 8)));
-    const __m256i hi = _mm256_set1_epi16((short)((2 * j + 2) | ((2 * j + 3) << 8)));
-    return _mm512_shuffle_epi8(s16, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-}
+/* Q4_K/Q5_K on 256-bit vectors (the 512-bit form, one vector per two
+ * sub-blocks, measured slower on Zen 4): per 64-element chunk the two
+ * sub-blocks' pair sums go straight into vpdpwssd with their scales. */
 
-/* 32 quant bytes as [low nibbles | high nibbles]: sub-blocks 2k and 2k+1 of a
- * Q4_K/Q5_K chunk, in the order of the 64 activations they meet. */
-static inline __m512i nibble_halves(const uint8_t *qs) {
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qs));
-    return _mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4));
-}
-
-/* The min term and the 8 scales of a Q4_K/Q5_K block, shared set-up. */
-static inline __m512i k_block_setup(const uint8_t *scales, const block_q8_K *y, float dmin, __m128 *acc_m) {
+/* Shared per-block set-up: the min term into acc_m, the 8 scales as i16 in
+ * both 128-bit halves. */
+static inline __m256i k_block_setup(const uint8_t *scales, const block_q8_K *y, float dmin, __m128 *acc_m) {
     uint64_t sc, m;
     k_scales_mins(scales, &sc, &m);
     *acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin * y->d), _mm_cvtepi32_ps(k_min_products(m, y->bsums)), *acc_m);
-    return _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 }
 
 float pkv_vec_dot_q4_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
     const block_q4_K *x = weight_row;
     const block_q8_K *y = act_row;
-    const __m512i low4 = _mm512_set1_epi8(15);
-    __m512 acc = _mm512_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
     __m128 acc_m = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m512i s16 = k_block_setup(x[i].scales, &y[i], half(x[i].dmin), &acc_m);
-        __m512i sumi = _mm512_setzero_si512();
+        const __m256i s16 = k_block_setup(x[i].scales, &y[i], half(x[i].dmin), &acc_m);
+        __m256i sumi_lo = _mm256_setzero_si256(), sumi_hi = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            const __m512i q = _mm512_and_si512(nibble_halves(x[i].qs + 32 * k), low4);
-            const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y[i].qs + 64 * k));
-            sumi = _mm512_dpwssd_epi32(sumi, p, scale_pair(s16, 2 * k));
+            const __m256i q = load256(x[i].qs + 32 * k);
+            const __m256i p_lo = _mm256_maddubs_epi16(_mm256_and_si256(q, low4), load256(y[i].qs + 64 * k));
+            const __m256i p_hi =
+                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), load256(y[i].qs + 64 * k + 32));
+            sumi_lo = _mm256_dpwssd_epi32(sumi_lo, p_lo, SCALE_OF(s16, 2 * k));
+            sumi_hi = _mm256_dpwssd_epi32(sumi_hi, p_hi, SCALE_OF(s16, 2 * k + 1));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(half(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = fma_block(_mm256_add_epi32(sumi_lo, sumi_hi), half(x[i].d) * y[i].d, acc);
     }
-    return _mm512_reduce_add_ps(acc) - hsum_ps128(acc_m);
+    return hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
 float pkv_vec_dot_q5_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
     const block_q5_K *x = weight_row;
     const block_q8_K *y = act_row;
-    const __m512i low4 = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(16);
-    __m512 acc = _mm512_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
     __m128 acc_m = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m512i s16 = k_block_setup(x[i].scales, &y[i], half(x[i].dmin), &acc_m);
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
-        __m512i sumi = _mm512_setzero_si512();
+        const __m256i s16 = k_block_setup(x[i].scales, &y[i], half(x[i].dmin), &acc_m);
+        const __m256i qh = load256(x[i].qh);
+        __m256i sumi_lo = _mm256_setzero_si256(), sumi_hi = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            /* bit 2k (low half) / 2k+1 (high half) of each qh byte to bit 4:
-             * a 64-bit rotate keeps bit 4 of every byte free of neighbours */
-            const long long rl = (4 - 2 * k) & 63, rh = (3 - 2 * k) & 63;
-            const __m512i fifth =
-                _mm512_and_si512(_mm512_rolv_epi64(qh, _mm512_setr_epi64(rl, rl, rl, rl, rh, rh, rh, rh)), bit4);
-            const __m512i q = _mm512_ternarylogic_epi64(nibble_halves(x[i].qs + 32 * k), low4, fifth, TERN_AND_OR);
-            const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y[i].qs + 64 * k));
-            sumi = _mm512_dpwssd_epi32(sumi, p, scale_pair(s16, 2 * k));
+            const __m256i q = load256(x[i].qs + 32 * k);
+            /* (nibble & 15) | fifth bit, one ternary-logic op each */
+            const __m256i lo = _mm256_ternarylogic_epi64(q, low4, q5k_fifth(qh, 2 * k), TERN_AND_OR);
+            const __m256i hi =
+                _mm256_ternarylogic_epi64(_mm256_srli_epi16(q, 4), low4, q5k_fifth(qh, 2 * k + 1), TERN_AND_OR);
+            sumi_lo = _mm256_dpwssd_epi32(sumi_lo, _mm256_maddubs_epi16(lo, load256(y[i].qs + 64 * k)),
+                                          SCALE_OF(s16, 2 * k));
+            sumi_hi = _mm256_dpwssd_epi32(sumi_hi, _mm256_maddubs_epi16(hi, load256(y[i].qs + 64 * k + 32)),
+                                          SCALE_OF(s16, 2 * k + 1));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(half(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = fma_block(_mm256_add_epi32(sumi_lo, sumi_hi), half(x[i].d) * y[i].d, acc);
     }
-    return _mm512_reduce_add_ps(acc) - hsum_ps128(acc_m);
+    return hsum_ps(acc) - hsum_ps128(acc_m);
 }
 
 /* Q6_K half h (128 elements): [chunk 0 | chunk 1] and [chunk 2 | chunk 3] as
@@ -205,3 +206,4 @@ float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act
     }
     return _mm512_reduce_add_ps(acc);
 }
+

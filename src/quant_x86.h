@@ -8,6 +8,13 @@
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "quant_x86.h needs AVX2, FMA and F16C"
+/* The fifth bits of Q5_K sub-block `bit` (0..7) as 0 or 16 per byte: one
+ * 16-bit shift moves bit `bit` of every byte to bit 4 of the same byte. */
+static inline __m256i q5k_fifth(__m256i qh, int bit) {
+    const __m256i shifted = bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4);
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
+}
+
 #endif
 
 #include <immintrin.h>
@@ -168,5 +175,12 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
         mins += half((x)[i].m) * half((y)[i].s);                                                    \
     }                                                                                               \
     const __m256 acc_all = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))
+
+/* The fifth bits of Q5_K sub-block `bit` (0..7) as 0 or 16 per byte: one
+ * 16-bit shift moves bit `bit` of every byte to bit 4 of the same byte. */
+static inline __m256i q5k_fifth(__m256i qh, int bit) {
+    const __m256i shifted = bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4);
+    return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
+}
 
 #endif
