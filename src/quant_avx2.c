@@ -11,7 +11,9 @@
  * under the default round-to-nearest-even MXCSR, which is the scalar
  * round_half_even rule, so they are bit-identical too.
  */
+#include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -223,7 +225,7 @@ static inline float q8_scale(const float *x, float *d) {
     const float amax = absmax32(x);
     *d = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    return id <= 3.40282347e38f ? id : 0.0f;
+    return id <= FLT_MAX ? id : 0.0f;
 }
 
 void pkv_quantize_q8_0_avx2(const float *src, void *dst, int64_t n) {
@@ -276,7 +278,7 @@ void pkv_quantize_q8_K_avx2(const float *src, void *dst, int64_t n) {
         }
         const float max = amax != 0.0f ? src[first_index_of_abs(src, amax)] : 0.0f;
         const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-        if (!(iscale <= 3.40282347e38f && iscale >= -3.40282347e38f) || iscale == 0.0f) {
+        if (!(fabsf(iscale) <= FLT_MAX) || iscale == 0.0f) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
         }

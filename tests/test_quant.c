@@ -244,6 +244,11 @@ TEST(quant_type_table_sizes_and_flags) {
         {26, "I32", 1, 4, false},        {27, "I64", 1, 8, false},        {28, "F64", 1, 8, false},
         {30, "BF16", 1, 2, true},        {34, "TQ1_0", 256, 54, false},   {35, "TQ2_0", 256, 66, false},
         {39, "MXFP4", 32, 17, false},
+        /* not in the engine-notes table; sizes from gguf-py GGML_QUANT_SIZES and ggml-common.h */
+        {16, "IQ2_XXS", 256, 66, false}, {17, "IQ2_XS", 256, 74, false},  {18, "IQ3_XXS", 256, 98, false},
+        {19, "IQ1_S", 256, 50, false},   {21, "IQ3_S", 256, 110, false},  {22, "IQ2_S", 256, 82, false},
+        {29, "IQ1_M", 256, 56, false},   {40, "NVFP4", 64, 36, false},    {41, "Q1_0", 128, 18, false},
+        {42, "Q2_0", 64, 18, false},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const pkv_type_info *t = pkv_type_get(want[i].id);
