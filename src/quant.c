@@ -355,6 +355,7 @@ float pkv_vec_dot_bf16_scalar(int64_t n, const void *weight_row, const void *act
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) acc[k] += pkv_bf16_to_f32(w[i + k]) * a[i + k];
     float tail = 0.0f;
     for (; i < n; i++) tail += pkv_bf16_to_f32(w[i]) * a[i];
@@ -537,6 +538,7 @@ float pkv_dot_f32_scalar(int64_t n, const float *a, const float *b) {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
     float tail = 0.0f;
     for (; i < n; i++) tail += a[i] * b[i];
@@ -551,6 +553,7 @@ float pkv_dot_f16_f32_scalar(int64_t n, const uint16_t *a, const float *b) {
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) acc[k] += pkv_f16_to_f32(a[i + k]) * b[i + k];
     float tail = 0.0f;
     for (; i < n; i++) tail += pkv_f16_to_f32(a[i]) * b[i];

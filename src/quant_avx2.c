@@ -38,6 +38,7 @@ static inline void store_affine_bytes(__m256i q, float d, float m, float *dst) {
     const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
     const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p]));
         _mm256_storeu_ps(dst + 8 * p, _mm256_add_ps(_mm256_mul_ps(f, vd), vm));
@@ -49,6 +50,7 @@ static inline void store_k_bytes(__m256i q, float d1, float m1, float *dst) {
     const __m256 vd = _mm256_set1_ps(d1), vm = _mm256_set1_ps(m1);
     const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
     const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
         const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p]));
         _mm256_storeu_ps(dst + 8 * p, _mm256_sub_ps(_mm256_mul_ps(vd, f), vm));
@@ -172,10 +174,12 @@ void pkv_dequant_q6_K_avx2(const void *src, float *dst, int64_t n) {
             __m256i q[4];
             q6k_chunks(b[i].ql + 64 * h, b[i].qh + 32 * h, q);
             const int8_t *sc = b[i].scales + 8 * h;
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 const __m256i v = _mm256_sub_epi8(q[c], _mm256_set1_epi8(32));
                 const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
                 const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
                 for (int p = 0; p < 4; p++) { /* elements 8p..8p+7 of the chunk: scale 2c + p/2 */
                     const __m256 ds = _mm256_set1_ps(d * (float)sc[2 * c + p / 2]);
                     const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[p]));
@@ -202,6 +206,7 @@ static inline float absmax32(const float *x) {
 /* 32 floats times scale, rounded half to even into 4 vectors of i32. */
 static inline void scale_round32(const float *x, float scale, __m256i v[4]) {
     const __m256 s = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), s));
 }
 
@@ -285,6 +290,7 @@ void pkv_quantize_q8_K_avx2(const float *src, void *dst, int64_t n) {
         for (int k = 0; k < QK_K; k += 32) {
             __m256i v[4];
             scale_round32(src + k, iscale, v);
+#pragma GCC unroll 4
             for (int p = 0; p < 4; p++) v[p] = _mm256_min_epi32(v[p], q_max);
             _mm256_storeu_si256((__m256i *)(y[i].qs + k), pack_i32_to_i8(v));
             /* bsums of elements k..k+15 and k+16..k+31 */
@@ -318,6 +324,7 @@ float pkv_vec_dot_bf16_avx2(int64_t n, const void *weight_row, const void *act_r
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             acc[k] = _mm256_fmadd_ps(load_bf16x8(w + i + 8 * k), _mm256_loadu_ps(a + i + 8 * k), acc[k]);
     for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_bf16x8(w + i), _mm256_loadu_ps(a + i), acc[0]);
@@ -495,6 +502,7 @@ float pkv_dot_f32_avx2(int64_t n, const float *a, const float *b) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
     for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
@@ -519,6 +527,7 @@ float pkv_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
             acc[k] = _mm256_fmadd_ps(load_f16x8(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
     for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), acc[0]);

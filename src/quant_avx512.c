@@ -207,3 +207,4 @@ float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act
     return _mm512_reduce_add_ps(acc);
 }
 
+
