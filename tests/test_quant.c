@@ -1084,3 +1084,32 @@ TEST(quant_float_helpers_all_levels_match_scalar) {
         }
     }
 }
+
+/* Every kernel on buffers of exactly the row's size, so the sanitizer build
+ * catches any read or write past a row; the results must still agree. */
+TEST(quant_kernels_stay_inside_rows) {
+    uint64_t rng = 21;
+    const int nl = available_levels();
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = weight_types[t];
+        const int atype = pkv_type_get((uint32_t)type)->act_type;
+        const int64_t n = layout_of(type)->elems == 256 ? 256 : layout_of(type)->elems == 32 ? 32 : 5;
+        uint8_t *w = malloc(pkv_row_bytes((uint32_t)type, n));
+        uint8_t *a = malloc(pkv_row_bytes((uint32_t)atype, n));
+        float *x = malloc((size_t)n * sizeof(float)), *out = malloc((size_t)n * sizeof(float));
+        random_weight_row(type, n, w, &rng, 1.0f);
+        random_activation(x, n, &rng);
+        for (int li = 0; li < nl; li++) {
+            const pkv_kernels *k = pkv_kernels_get(levels[li]);
+            k->quantize[atype](x, a, n);
+            k->dequant[type](w, out, n);
+            k->dequant[atype](a, out, n);
+            double mag;
+            const double want = ref_dot(type, w, atype, a, n, &mag);
+            const float v = k->vec_dot[type](n, w, a);
+            CHECK_MSG(fabs(v - want) <= 1e-5 * mag, "%s %s: %.9g vs %.9g", pkv_type_get((uint32_t)type)->name,
+                      pkv_simd_name(levels[li]), v, want);
+        }
+        free(w), free(a), free(x), free(out);
+    }
+}
