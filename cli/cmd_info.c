@@ -84,7 +84,8 @@ int cmd_info(int argc, char **argv) {
            kv16 / 1024.0, mi.sliding_window);
     int ctxs[] = {4096, 32768, mi.n_ctx_train};
     for (int c = 0; c < 3; c++)
-        printf("  full cache at %6d tokens: %.1f MiB (f16)\n", ctxs[c], mib(pkv_model_kv_bytes_full(m, ctxs[c], 2)));
+        if (c < 2 || (ctxs[c] != ctxs[0] && ctxs[c] != ctxs[1]))
+            printf("  full cache at %6d tokens: %.1f MiB (f16)\n", ctxs[c], mib(pkv_model_kv_bytes_full(m, ctxs[c], 2)));
 
     if (tensors) {
         printf("\n%-40s %-6s %-24s %12s\n", "tensor", "type", "shape (ne)", "bytes");

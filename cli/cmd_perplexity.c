@@ -1,11 +1,5 @@
-/*
- * promptkv perplexity: the same measurement as llama.cpp's llama-perplexity
- * (tools/perplexity): the text is tokenized once with BOS, cut into chunks of
- * n_ctx tokens; each chunk starts from an empty cache with its first token
- * replaced by BOS, and only the second half of each chunk is scored, so every
- * scored token has at least n_ctx/2 tokens of context.
- */
-#include <math.h>
+/* promptkv perplexity: the same measurement as llama.cpp's llama-perplexity
+ * (pkv_perplexity in src/eval/perplexity.c), on the same file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,26 +13,10 @@ static const char PPL_USAGE[] =
     "Perplexity of a text, computed like llama-perplexity (chunks of N_CTX tokens, default 512,\n"
     "second half of each chunk scored). Needs at least 2 x N_CTX tokens.\n";
 
-typedef struct {
-    const int32_t *targets; /* token that follows each position of the chunk */
-    int first;              /* first scored position */
-    int n_vocab;
-    double nll, nll2;
-    long count;
-} ppl_acc;
-
-static void score_row(void *user, int index, const float *logits) {
-    ppl_acc *a = user;
-    if (index < a->first || a->targets[index] < 0) return;
-    float mx = logits[0];
-    for (int i = 1; i < a->n_vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0.0;
-    for (int i = 0; i < a->n_vocab; i++) sum += exp((double)logits[i] - mx);
-    double nll = -((double)logits[a->targets[index]] - mx - log(sum));
-    a->nll += nll;
-    a->nll2 += nll * nll;
-    a->count++;
+static void show_chunk(void *user, int chunk, double ppl) {
+    (void)user;
+    printf("[%d]%.4f,", chunk, ppl);
+    fflush(stdout);
 }
 
 int cmd_perplexity(int argc, char **argv) {
@@ -65,7 +43,7 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(f, "--cache-type")) {
             if (!strcmp(v, "f32")) so.cache_type = PKV_CACHE_F32;
             else if (strcmp(v, "f16")) {
-                cli_error(cmd, "--cache-type must be f16 or f32");
+                cli_error(cmd, "--cache-type must be f16 or f32, got '%s'", v);
                 return EXIT_USAGE;
             }
         } else {
@@ -80,6 +58,8 @@ int cmd_perplexity(int argc, char **argv) {
     size_t len;
     char *text = cli_read_file(cmd, file, &len);
     if (!text) return EXIT_RUNTIME;
+    /* llama.cpp's -f drops one trailing newline; do the same so both see the same tokens */
+    if (len > 0 && text[len - 1] == '\n') text[--len] = '\0';
     pkv_model *m = cli_load_model(cmd, model_path, PKV_SIMD_AUTO);
     if (!m) {
         free(text);
@@ -89,17 +69,10 @@ int cmd_perplexity(int argc, char **argv) {
     pkv_error err;
     int cap = (int)(len + 16);
     int32_t *tokens = malloc((size_t)cap * sizeof *tokens);
-    int32_t *chunk = malloc((size_t)n_ctx * sizeof *chunk);
-    int32_t *targets = malloc((size_t)n_ctx * sizeof *targets);
     pkv_session *s = NULL;
     int n_tok = tokens ? pkv_tokenize(m, text, len, true, false, tokens, cap, &err) : -1;
-    if (n_tok < 0 || !chunk || !targets) {
-        cli_error(cmd, "%s", n_tok < 0 && tokens ? err.msg : "out of memory");
-        goto done;
-    }
-    if (n_tok < 2 * n_ctx) {
-        cli_error(cmd, "%s has %d tokens; perplexity with a context of %ld needs at least %ld", file, n_tok, n_ctx,
-                  2 * n_ctx);
+    if (n_tok < 0) {
+        cli_error(cmd, "%s", tokens ? err.msg : "out of memory");
         goto done;
     }
     so.n_ctx = (int)n_ctx;
@@ -108,33 +81,17 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    long n_chunks = n_tok / n_ctx;
-    if (max_chunks > 0 && max_chunks < n_chunks) n_chunks = max_chunks;
-    ppl_acc acc = {.targets = targets, .first = (int)(n_ctx / 2), .n_vocab = pkv_n_vocab(m)};
-    fprintf(stderr, "perplexity: %d tokens, %ld chunks of %ld\n", n_tok, n_chunks, n_ctx);
-    for (long c = 0; c < n_chunks; c++) {
-        long start = c * n_ctx;
-        memcpy(chunk, tokens + start, (size_t)n_ctx * sizeof *chunk);
-        if (pkv_token_bos(m) >= 0 && tokens[0] == pkv_token_bos(m)) chunk[0] = pkv_token_bos(m);
-        /* the last position has no target inside the chunk: llama-perplexity scores n_ctx - 1 - first tokens */
-        for (long j = 0; j < n_ctx; j++) targets[j] = j + 1 < n_ctx ? tokens[start + j + 1] : -1;
-        pkv_session_reset(s);
-        if (pkv_eval(s, chunk, (int)n_ctx, score_row, &acc, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        printf("[%ld]%.4f,", c + 1, exp(acc.nll / acc.count));
-        fflush(stdout);
+    fprintf(stderr, "perplexity: %d tokens, chunks of %ld\n", n_tok, n_ctx);
+    pkv_ppl_result res;
+    if (pkv_perplexity(s, tokens, n_tok, (int)n_ctx, (int)max_chunks, show_chunk, NULL, &res, &err)) {
+        cli_error(cmd, "%s: %s", file, err.msg);
+        goto done;
     }
-    double mean = acc.nll / acc.count;
-    double var = acc.nll2 / acc.count - mean * mean;
-    double err_ppl = var > 0 ? exp(mean) * sqrt(var / (acc.count - 1)) : 0.0;
-    printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", exp(mean), err_ppl);
+    printf("\nFinal estimate: PPL = %.4f +/- %.5f (%d chunks, %ld tokens scored)\n", res.ppl, res.ppl_err,
+           res.n_chunks, res.n_scored);
     rc = 0;
 done:
     pkv_session_free(s);
-    free(targets);
-    free(chunk);
     free(tokens);
     free(text);
     pkv_model_free(m);

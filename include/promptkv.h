@@ -201,6 +201,8 @@ void pkv_session_free(pkv_session *session);
 /* Forget everything: the next prefill starts at position 0. */
 void pkv_session_reset(pkv_session *session);
 
+const pkv_model *pkv_session_model(const pkv_session *session);
+
 typedef struct {
     int n_prompt;              /* tokens prefilled */
     double prefill_seconds;    /* forward passes over the prompt, press included */
@@ -246,6 +248,24 @@ int pkv_session_positions(const pkv_session *session, int layer, int head, int32
 /* Ask a running prefill/decode to stop at the next layer boundary (safe from
  * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */
 void pkv_session_interrupt(pkv_session *session);
+
+/* ---------------------------------------------------------------- perplexity */
+
+/* llama.cpp's llama-perplexity method: tokens (already tokenized with BOS)
+ * are cut into chunks of n_ctx; each chunk runs from an empty cache with its
+ * first token replaced by BOS (when the model adds one), and the second half
+ * of each chunk is scored. Needs at least 2 x n_ctx tokens. progress (may be
+ * NULL) is called after each chunk with the running perplexity. */
+typedef struct {
+    double ppl;
+    double ppl_err;  /* llama-perplexity's +/- estimate */
+    int n_chunks;
+    long n_scored;
+} pkv_ppl_result;
+
+int pkv_perplexity(pkv_session *session, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks,
+                   void (*progress)(void *user, int chunk, double ppl), void *user, pkv_ppl_result *out,
+                   pkv_error *err);
 
 /* ---------------------------------------------------------------- sampling */
 

@@ -102,6 +102,8 @@ void pkv_session_reset(pkv_session *s) {
 
 void pkv_session_interrupt(pkv_session *s) { s->interrupted = 1; }
 
+const pkv_model *pkv_session_model(const pkv_session *s) { return s->model; }
+
 int pkv_session_n_pos(const pkv_session *s) { return s->n_pos; }
 
 uint64_t pkv_session_cache_bytes(const pkv_session *s) { return pkv_kvcache_bytes(&s->cache); }

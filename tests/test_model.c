@@ -48,7 +48,8 @@ typedef struct {
     const ref_data *ref;
     double max_abs, sum_sq;
     long n;
-    int argmax_mismatch;
+    int argmax_mismatch;  /* rows whose reference top-1 leads by >= decisive_gap and differs */
+    double decisive_gap;
 } cmp_acc;
 
 static int argmax(const float *x, int n) {
@@ -66,7 +67,11 @@ static void compare_row(cmp_acc *a, int row, const float *logits) {
         a->sum_sq += d * d;
         a->n++;
     }
-    if (argmax(logits, a->ref->n_vocab) != argmax(want, a->ref->n_vocab)) a->argmax_mismatch++;
+    int best = argmax(want, a->ref->n_vocab);
+    float second = -INFINITY;
+    for (int i = 0; i < a->ref->n_vocab; i++)
+        if (i != best && want[i] > second) second = want[i];
+    if (want[best] - second >= a->decisive_gap && argmax(logits, a->ref->n_vocab) != best) a->argmax_mismatch++;
 }
 
 static void on_row(void *user, int index, const float *logits) { compare_row(user, index, logits); }
@@ -75,7 +80,8 @@ typedef struct {
     int n_threads;
     int n_batch;
     pkv_simd simd;
-    bool exact_matmul; /* dequantise weight rows and dot in f32 (no activation quantisation) */
+    bool exact_matmul;   /* dequantise weight rows and dot in f32 (no activation quantisation) */
+    double decisive_gap; /* top-1 compared only where the reference leads by this much */
 } run_cfg;
 
 /* Runs the fixture's prompt (all logits) and decode steps; fills acc. */
@@ -117,6 +123,7 @@ static bool run_fixture(const char *name, const run_cfg *cfg, cmp_acc *acc, ref_
     }
     memset(acc, 0, sizeof *acc);
     acc->ref = ref;
+    acc->decisive_gap = cfg->decisive_gap;
     if (pkv_eval(s, ref->tokens, ref->n_prompt, on_row, acc, &err)) {
         test_fail(__FILE__, __LINE__, "%s: %s", name, err.msg);
     } else {
@@ -186,10 +193,11 @@ TEST(model_golden_quant_exact) {
  * quantised to Q8_0 / Q8_K as llama.cpp does, which moves logits by up to
  * ~0.6 on these small random models (llama.cpp itself shows 0.16..0.57 against
  * the same references; tests/fixtures/models/README.md). Bound max and rms,
- * and require the top token to agree on nearly every row. */
+ * and require the top token to agree wherever the reference's top token
+ * leads the runner-up by at least 0.5 (twice the rms error). */
 TEST(model_golden_quant_fused) {
-    run_cfg cfg = {.n_threads = 2, .n_batch = 512};
-    for (size_t i = 0; i < sizeof QUANT_FIXTURES / sizeof *QUANT_FIXTURES; i++) check_fixture(QUANT_FIXTURES[i], &cfg, 1.0, 0.12, 2);
+    run_cfg cfg = {.n_threads = 2, .n_batch = 512, .decisive_gap = 0.5};
+    for (size_t i = 0; i < sizeof QUANT_FIXTURES / sizeof *QUANT_FIXTURES; i++) check_fixture(QUANT_FIXTURES[i], &cfg, 1.0, 0.12, 0);
 }
 
 /* Same logits with any thread count and any SIMD path (within float tolerance). */
@@ -199,8 +207,8 @@ TEST(model_threads_and_simd_agree) {
     for (size_t n = 0; n < sizeof names / sizeof *names; n++) {
         for (int t = 1; t <= 3; t++) {
             for (size_t l = 0; l < 3; l++) {
-                run_cfg cfg = {.n_threads = t, .n_batch = 11, .simd = levels[l]};
-                check_fixture(names[n], &cfg, 1.0, 0.12, 2);
+                run_cfg cfg = {.n_threads = t, .n_batch = 11, .simd = levels[l], .decisive_gap = 0.5};
+                check_fixture(names[n], &cfg, 1.0, 0.12, 0);
             }
         }
     }

@@ -82,7 +82,7 @@ typedef struct {
 /* Builds the press configuration from a case line's key=value options. */
 static pkv_press_cfg *cfg_from_line(const char *line, int *window) {
     char buf[512];
-    snprintf(buf, sizeof buf, "%s", line);
+    snprintf(buf, sizeof buf, "%.500s", line);
     char *press = strstr(buf, "press=");
     if (!press) return NULL;
     char name[32];
@@ -116,7 +116,7 @@ static bool read_case(FILE *f, ref_case *c) {
     while (fgets(line, sizeof line, f)) {
         if (!strncmp(line, "case ", 5)) {
             line[strcspn(line, "\n")] = '\0';
-            snprintf(c->line, sizeof c->line, "%s", line);
+            snprintf(c->line, sizeof c->line, "%.500s", line);
             c->cfg = cfg_from_line(line, &c->window);
         } else if (!strncmp(line, "layer ", 6) && c->n_expect < 64) {
             int l, h, off = 0;
