@@ -1120,7 +1120,10 @@ int gguf_writer_save(gguf_writer *w, const char *path, pkv_error *err) {
         e = errno;
     }
     if (!ok) {
-        remove(path);
+        /* drop the partial file, but never a device or anything else that
+         * was there before */
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) remove(path);
         return pkv_fail(err, PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
     }
     return 0;

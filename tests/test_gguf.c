@@ -643,6 +643,23 @@ TEST(gguf_version_2_accepted) {
     free(b.data);
 }
 
+TEST(gguf_no_tensors_final_padding_optional) {
+    bytes h;
+    b_header(&h, 3, 0, 1);
+    b_str(&h, "t.x", 3);
+    b_put(&h, GGUF_VT_UINT16, 4);
+    b_put(&h, 513, 2);
+    REQUIRE(h.len % 32 != 0);
+    blob hb = blob_copy(h.data, h.len);
+    gguf_file f;
+    OPEN_OK(&hb, &f);
+    CHECK_EQ_INT(f.n_tensors, 0);
+    CHECK_EQ_INT(f.data_offset, h.len);
+    CHECK_EQ_INT(f.kv[0].value.v.u, 513);
+    gguf_close(&f);
+    free(hb.data);
+}
+
 TEST(gguf_bad_magic) {
     BASIC(b);
     memcpy(b.data, "GGML", 4);
@@ -672,7 +689,7 @@ TEST(gguf_byte_swapped_version_rejected) {
     free(b.data);
 }
 
-TEST(gguf_huge_counts_rejected_before_allocating) {
+TEST(gguf_huge_counts_rejected) {
     BASIC(b);
     put_le(b.data + 16, 1ull << 62, 8);
     EXPECT_FORMAT_ERROR(&b, "header: kv count: 4611686018427387904 pairs", "14 bytes each");
@@ -831,6 +848,19 @@ TEST(gguf_duplicate_empty_and_nul_keys) {
     b_put(&h, 0, 8); /* slack, so the kv count bound is not what fails */
     blob e = blob_copy(h.data, h.len);
     EXPECT_FORMAT_ERROR(&e, "kv 0: key: empty key", NULL);
+    free(e.data);
+
+    /* a long key is shortened in messages */
+    static const char long_key[] = "k.0123456789012345678901234567890123456789"
+                                    "012345678901234567890123456789xyz";
+    b_header(&h, 3, 0, 2);
+    for (int i = 0; i < 2; i++) {
+        b_str(&h, long_key, sizeof long_key - 1);
+        b_put(&h, GGUF_VT_UINT8, 4);
+        b_put(&h, 1, 1);
+    }
+    e = blob_copy(h.data, h.len);
+    EXPECT_FORMAT_ERROR(&e, "kv 1 'k.0123456789", "...': key: duplicate key");
     free(e.data);
 
     b_header(&h, 3, 0, 1);
@@ -1086,6 +1116,17 @@ TEST(gguf_typed_getters_widen_and_check_range) {
     CHECK(gguf_get_u32(&f, "t.bool", &u32, &err) == -1);
     gguf_close(&f);
     free(b.data);
+
+    /* a non-negative signed value converts to unsigned */
+    gguf_writer *w = gguf_writer_new();
+    REQUIRE(w != NULL);
+    gguf_write_i32(w, "t.pos", 2147483647);
+    REQUIRE(gguf_writer_to_memory(w, &b.data, &b.size, &err) == 0);
+    gguf_writer_free(w);
+    OPEN_OK(&b, &f);
+    CHECK(gguf_get_u32(&f, "t.pos", &u32, &err) == 0 && u32 == 2147483647u);
+    gguf_close(&f);
+    free(b.data);
 }
 
 TEST(gguf_string_helpers) {
@@ -1195,9 +1236,30 @@ TEST(gguf_writer_rejects_bad_input) {
     free(b.data);
     gguf_writer_free(w);
 
+    w = gguf_writer_new();
+    gguf_write_str(w, "s", NULL);
+    CHECK(gguf_writer_to_memory(w, &out, &size, &err) == -1 && strstr(err.msg, "NULL string"));
+    gguf_writer_free(w);
+    w = gguf_writer_new();
+    gguf_write_arr_i32(w, "a", NULL, 2);
+    CHECK(gguf_writer_to_memory(w, &out, &size, &err) == -1 && strstr(err.msg, "NULL array"));
+    gguf_writer_free(w);
+    w = gguf_writer_new();
+    const char *strs[] = {"x", NULL};
+    gguf_write_arr_str(w, "a", strs, 2);
+    CHECK(gguf_writer_to_memory(w, &out, &size, &err) == -1 && strstr(err.msg, "NULL string 1"));
+    gguf_writer_free(w);
+
     char path[512];
     temp_path(path, sizeof path, "no_such_dir/x.gguf");
     w = gguf_writer_new();
     CHECK(gguf_writer_save(w, path, &err) == -1 && err.code == PKV_ERR_IO);
+    /* a write error (full device) is reported, and the device is left alone */
+    if (access("/dev/full", W_OK) == 0) {
+        gguf_write_u32(w, "k", 1);
+        CHECK(gguf_writer_save(w, "/dev/full", &err) == -1 && err.code == PKV_ERR_IO &&
+              strstr(err.msg, "write failed"));
+        CHECK(access("/dev/full", W_OK) == 0);
+    }
     gguf_writer_free(w);
 }
