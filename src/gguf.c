@@ -287,9 +287,11 @@ static int read_array(cursor *c, gguf_value *val) {
     uint32_t elem;
     uint64_t count;
     if (read_u32(c, "array element type", &elem)) return -1;
-    if (elem == GGUF_VT_ARRAY) return fail(c, "array element type", "nested arrays are not supported");
+    if (elem == GGUF_VT_ARRAY)
+        return fail(c, "array element type", "nested arrays are not supported");
     if (elem >= GGUF_VT_COUNT)
-        return fail(c, "array element type", "invalid value type %u (limit %d)", elem, GGUF_VT_COUNT - 1);
+        return fail(c, "array element type", "invalid value type %u (limit %d)", elem,
+                    GGUF_VT_COUNT - 1);
     if (read_u64(c, "array count", &count)) return -1;
     val->v.arr.elem_type = (gguf_vtype)elem;
     val->v.arr.count = count;
@@ -300,7 +302,8 @@ static int read_array(cursor *c, gguf_value *val) {
         /* each string needs at least its 8-byte length: bound before allocating */
         if (count > remaining(c) / MIN_STRING_BYTES)
             return fail(c, "array count", "%llu strings need at least %d bytes each, %llu remain",
-                        (unsigned long long)count, MIN_STRING_BYTES, (unsigned long long)remaining(c));
+                        (unsigned long long)count, MIN_STRING_BYTES,
+                        (unsigned long long)remaining(c));
         if (count == 0) return 0;
         val->v.arr.strs = malloc(count * sizeof(gguf_str));
         if (!val->v.arr.strs) return nomem(c, "a string array");
@@ -338,7 +341,8 @@ static int read_value(cursor *c, gguf_value *val) {
     if (type == GGUF_VT_ARRAY) return read_array(c, val);
     const uint8_t *p = take(c, vtype_size[type], "value");
     if (!p) return -1;
-    if (type == GGUF_VT_BOOL && p[0] > 1) return fail(c, "value", "bool byte %u is not 0 or 1", p[0]);
+    if (type == GGUF_VT_BOOL && p[0] > 1)
+        return fail(c, "value", "bool byte %u is not 0 or 1", p[0]);
     decode_scalar(p, (gguf_vtype)type, val);
     return 0;
 }
@@ -1120,7 +1124,10 @@ int gguf_writer_save(gguf_writer *w, const char *path, pkv_error *err) {
         e = errno;
     }
     if (!ok) {
-        remove(path);
+        /* drop the partial file, but never a device or anything else that
+         * was there before */
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) remove(path);
         return pkv_fail(err, PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
     }
     return 0;
