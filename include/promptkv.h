@@ -132,14 +132,18 @@ int pkv_n_vocab(const pkv_model *model);
 /* Chat formatting: render messages with the model's chat family (Gemma,
  * Llama 3, ChatML) and a generation prompt for the assistant. The template
  * is chosen from tokenizer.chat_template when present, else from the
- * architecture. Returns the length written (excluding NUL) or -1. */
+ * architecture. The text starts with the BOS text where the family's
+ * template does: tokenize it with add_special = false, parse_special = true.
+ * Returns the full length (excluding NUL; the buffer holds a truncated copy
+ * if it was too small) or -1. system_end (may be NULL) receives the byte
+ * offset where the system prompt's rendering ends (0 without one). */
 typedef struct {
     const char *role; /* "system", "user", "assistant" */
     const char *content;
 } pkv_chat_message;
 
 int pkv_chat_format(const pkv_model *model, const pkv_chat_message *messages, int n_messages,
-                    char *buf, int buf_len, pkv_error *err);
+                    char *buf, int buf_len, int *system_end, pkv_error *err);
 
 /* ---------------------------------------------------------------- compression */
 

@@ -222,8 +222,8 @@ bool pkv_token_is_eog(const pkv_model *m, int32_t token) { return pkv_tokenizer_
 int pkv_n_vocab(const pkv_model *m) { return m->hp.n_vocab; }
 
 int pkv_chat_format(const pkv_model *m, const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
-                    pkv_error *err) {
+                    int *system_end, pkv_error *err) {
     if (m->chat == PKV_CHAT_NONE)
         return pkv_fail(err, PKV_ERR_UNSUPPORTED, "model '%s' (%s) has no known chat format", m->name, m->arch_name);
-    return pkv_chat_render(m->chat, m->tok, messages, n_messages, buf, buf_len, NULL, err);
+    return pkv_chat_render(m->chat, m->tok, messages, n_messages, buf, buf_len, system_end, err);
 }

