@@ -195,6 +195,12 @@ typedef struct {
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
     pkv_cache_type cache_type;
     uint64_t mem_cap_bytes;   /* 0: no cap on KV cache + activations */
+    /* One prefill, many presses (evaluation.md §5): keep, for every
+     * full-attention layer, the queries of the last keep_press_window tokens of
+     * each prefill (and per-row attention sums for h2o), so pkv_session_copy
+     * can compress a copy of the cache with any press afterwards. */
+    int keep_press_window;
+    bool keep_attn_sums;
 } pkv_session_opts;
 
 void pkv_session_opts_default(pkv_session_opts *opts);
@@ -221,6 +227,15 @@ typedef struct {
  * token. press may be NULL. */
 int pkv_prefill(pkv_session *session, const int32_t *tokens, int n_tokens,
                 const pkv_press_cfg *press, pkv_prefill_stats *stats, pkv_error *err);
+
+/* Copies src's state (cache, logical position, logits) into dst, a session of
+ * the same model whose own state is discarded, and, if press is not NULL or
+ * "none", compresses dst's full-attention layers exactly as if the press had
+ * run at the end of src's last prefill. src's last call must have been a
+ * pkv_prefill without a press, in a session with keep_press_window >= the
+ * press's window (and keep_attn_sums for h2o). */
+int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press,
+                     pkv_prefill_stats *stats, pkv_error *err);
 
 /* One token through the model; logits of it are then at pkv_logits(). */
 int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);

@@ -47,6 +47,9 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
 void pkv_kvcache_free(pkv_kvcache *c);
 void pkv_kvcache_clear(pkv_kvcache *c);
 
+/* dst becomes a deep copy of src (same model); dst's rows are freed first. */
+int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
+
 /* Make room for n more rows in every head of the layer. */
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
 

@@ -288,3 +288,74 @@ TEST(press_engine_ratio) {
     pkv_press_cfg_free(cfg2);
     pkv_model_free(m);
 }
+
+/* One prefill, many presses: compressing a copy gives exactly what the press
+ * gives inside the prefill (kept positions and logits after decoding), for
+ * every press, in both the chunked and the single-call prefill. */
+TEST(press_engine_copy_equals_direct) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int nv = pkv_n_vocab(m);
+    int32_t toks[100];
+    prompt_tokens(toks, 100, nv, 11); /* the prompt run_press uses */
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = 2;
+    so.n_batch = 13;
+    so.n_ctx = 512;
+    so.keep_press_window = 16;
+    so.keep_attn_sums = true;
+    pkv_session *src = pkv_session_new(m, &so, &err), *dst = pkv_session_new(m, &so, &err);
+    REQUIRE(src && dst);
+    CHECK(pkv_prefill(src, toks, 100, NULL, NULL, &err) == 0);
+    const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
+    float *a = malloc((size_t)nv * sizeof(float)), *b = malloc((size_t)nv * sizeof(float));
+    for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
+        for (int window = 4; window <= 16; window += 12) {
+            char wbuf[8];
+            snprintf(wbuf, sizeof wbuf, "%d", window);
+            const char *opts[] = {"budget", "30", "window", wbuf, NULL};
+            pkv_press_cfg *cfg = make_press(presses[i], opts);
+            pkv_session *direct = NULL;
+            REQUIRE(run_press(m, cfg, 100, 3, 2, a, NULL, &direct));
+            pkv_prefill_stats ps;
+            CHECK_MSG(pkv_session_copy(dst, src, cfg, &ps, &err) == 0, "%s", err.msg);
+            CHECK(ps.compressed && ps.cache_bytes < ps.cache_bytes_full);
+            for (int l = 0; l < pkv_session_n_layers(dst); l++)
+                for (int h = 0; h < pkv_session_n_heads(dst, l); h++) {
+                    int32_t p1[128], p2[128];
+                    int n1 = pkv_session_positions(direct, l, h, p1, 128), n2 = pkv_session_positions(dst, l, h, p2, 128);
+                    /* direct has decoded 3 tokens already */
+                    CHECK_MSG(n1 == n2 + 3 && !memcmp(p1, p2, (size_t)n2 * sizeof *p1), "%s window %d: layer %d head %d differs",
+                              presses[i], window, l, h);
+                }
+            /* decode the same greedy tokens on the copy: identical logits */
+            for (int step = 0; step < 3; step++) {
+                const float *l = pkv_logits(dst);
+                int best = 0;
+                for (int k = 1; k < nv; k++)
+                    if (l[k] > l[best]) best = k;
+                CHECK(pkv_decode(dst, best, &err) == 0);
+            }
+            memcpy(b, pkv_logits(dst), (size_t)nv * sizeof(float));
+            CHECK_MSG(!memcmp(a, b, (size_t)nv * sizeof(float)), "%s window %d: logits differ from the direct press", presses[i],
+                      window);
+            pkv_session_free(direct);
+            pkv_press_cfg_free(cfg);
+        }
+    }
+    /* a copy without a press is the full cache; a source that pressed cannot be re-pressed */
+    CHECK(pkv_session_copy(dst, src, NULL, NULL, &err) == 0);
+    CHECK_EQ_INT(pkv_session_head_rows(dst, 0, 0), 100);
+    const char *o[] = {"budget", "30", "window", "8", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", o);
+    CHECK(pkv_decode(src, 5, &err) == 0);
+    CHECK(pkv_session_copy(dst, src, cfg, NULL, &err) == -1 && strstr(err.msg, "keep_press_window"));
+    pkv_press_cfg_free(cfg);
+    free(a);
+    free(b);
+    pkv_session_free(src);
+    pkv_session_free(dst);
+    pkv_model_free(m);
+}
