@@ -129,8 +129,8 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
     if (n <= 0) return pkv_fail(err, PKV_ERR_ARG, "no tokens to process");
     if ((int64_t)s->n_pos + n > s->opts.n_ctx)
         return pkv_fail(err, PKV_ERR_LIMIT,
-                        "%d tokens at position %d exceed the context length %d (set a larger context with -c, "
-                        "up to the model's %d)",
+                        "%d tokens at position %d exceed the context length %d (set a larger one with -c; the "
+                        "model was trained with %d)",
                         n, s->n_pos, s->opts.n_ctx, s->model->hp.n_ctx_train);
     return 0;
 }
