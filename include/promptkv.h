@@ -194,7 +194,7 @@ typedef struct {
     int n_ctx;                /* <= 0: the model's training context */
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
     pkv_cache_type cache_type;
-    uint64_t mem_cap_bytes;   /* 0: no cap on KV cache + activations */
+    uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
     /* One prefill, many presses (evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of
      * each prefill (and per-row attention sums for h2o), so pkv_session_copy
@@ -254,6 +254,12 @@ int pkv_session_n_pos(const pkv_session *session);
 
 /* Bytes of KV cache currently held (keys, values and positions). */
 uint64_t pkv_session_cache_bytes(const pkv_session *session);
+
+/* Bytes the session has allocated: KV cache capacity plus activations and
+ * scratch; what mem_cap_bytes limits. */
+uint64_t pkv_session_mem_bytes(const pkv_session *session);
+/* The most pkv_session_mem_bytes has been during prefills (at layer ends). */
+uint64_t pkv_session_peak_mem_bytes(const pkv_session *session);
 
 /* What the cache holds: layers, heads per layer (KV heads, or query heads
  * after a per-query-head press), rows of a head and their original positions

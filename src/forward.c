@@ -84,6 +84,43 @@ static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- the memory cap */
+
+/* Bytes of activations and scratch the session holds (the work buffers, the
+ * press arena, the probes). */
+static uint64_t work_bytes(const pkv_session *s) {
+    const pkv_hparams *hp = &s->model->hp;
+    const pkv_work *w = &s->work;
+    uint64_t per_tok = (uint64_t)hp->n_embd * 2 + (uint64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v) +
+                       (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + 2 * (uint64_t)hp->n_ff + 1;
+    uint64_t b = (uint64_t)w->n_tok_cap * per_tok * sizeof(float) + w->act_bytes;
+    b += (uint64_t)w->hidden_cap * hp->n_embd * sizeof(float);
+    b += w->logit_rows ? (uint64_t)LOGIT_ROWS * hp->n_vocab * sizeof(float) : 0;
+    b += w->attn_scratch_cap * sizeof(float) + s->arena.peak;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const pkv_layer_probe *p = &s->probes[il];
+        b += (uint64_t)p->window * ((uint64_t)hp->n_head * hp->head_dim_k + 1) * sizeof(float);
+        b += (uint64_t)p->acc_rows * hp->n_head * sizeof(float);
+    }
+    return b;
+}
+
+/* With a cap (pkv_session_opts.mem_cap_bytes), the KV cache plus activations
+ * may not exceed it: a clear error instead of running the machine out of memory. */
+static int check_mem_cap(pkv_session *s, int layer, pkv_error *err) {
+    uint64_t cache = pkv_kvcache_alloc_bytes(&s->cache), work = work_bytes(s);
+    if (cache + work > s->peak_mem) s->peak_mem = cache + work;
+    uint64_t cap = s->opts.mem_cap_bytes;
+    if (!cap || cache + work <= cap) return 0;
+    return pkv_fail(err, PKV_ERR_LIMIT,
+                    "memory cap of %.1f MiB exceeded at layer %d: KV cache %.1f MiB + activations %.1f MiB",
+                    cap / 1048576.0, layer, cache / 1048576.0, work / 1048576.0);
+}
+
+uint64_t pkv_session_mem_bytes(const pkv_session *s) { return pkv_kvcache_alloc_bytes(&s->cache) + work_bytes(s); }
+
+uint64_t pkv_session_peak_mem_bytes(const pkv_session *s) { return s->peak_mem; }
+
 /* ---------------------------------------------------------------- probes: what a press needs */
 
 /* Sizes layer il's probe for this call: `window` queries and, if asked,
@@ -174,15 +211,21 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
         pkv_kv_head *h = &L->heads[g];
         n_rows[g] = h->n_rows;
         pos[g] = h->pos;
-        float *k = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_k * sizeof(float) + 4);
-        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
-        pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
-        keys[g] = k;
-        if (ops->needs_values) {
-            float *v = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_v * sizeof(float) + 4);
-            if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
-            pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
-            values[g] = v;
+        if (c->type == PKV_CACHE_F32) {
+            /* presses read f32 rows: an f32 cache is handed over as it is */
+            keys[g] = h->k;
+            values[g] = h->v;
+        } else {
+            float *k = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_k * sizeof(float) + 4);
+            if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
+            pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
+            keys[g] = k;
+            if (ops->needs_values) {
+                float *v = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_v * sizeof(float) + 4);
+                if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
+                pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
+                values[g] = v;
+            }
         }
         if (ops->needs_attn_sum) {
             if (h->n_rows > probe->acc_rows)
@@ -219,6 +262,7 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
     };
     pkv_press_selection sel;
     if (pkv_press_run(cfg, &in, &sel, err)) return -1;
+    if (check_mem_cap(s, il, err)) return -1; /* the press's scratch counts too */
 
     int64_t before = pkv_kvcache_layer_rows(c, il);
     if (sel.per_query_head) {
@@ -279,6 +323,7 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
     if (pkv_kvcache_reserve(&s->cache, il, n_tok, err)) return -1;
     pkv_kvcache_append(&s->cache, s->comp.kern, il, w->k, w->v, pos, n_tok);
     if (ensure_attn_scratch(s, il, err)) return -1;
+    if (check_mem_cap(s, il, err)) return -1;
 
     pkv_attn_params ap = {
         .n_head = hp->n_head, .scale = hp->attn_scale, .softcap = hp->attn_logit_softcap, .acc_probs = acc};
@@ -396,5 +441,12 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     s->n_pos += n;
     /* the probes describe an uncompressed cache only if no press ran */
     s->probes_ok = probing && !press;
+    /* a long prompt's residual stream and press scratch are not needed by decode: give them back */
+    if (w->hidden_cap > n_batch) {
+        free(w->hidden);
+        w->hidden = NULL;
+        w->hidden_cap = 0;
+    }
+    pkv_arena_free(&s->arena);
     return 0;
 }

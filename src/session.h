@@ -56,6 +56,7 @@ struct pkv_session {
     pkv_arena arena;  /* per-layer press scratch */
     pkv_layer_probe *probes;  /* [n_layer]; probes_ok when the last prefill kept them uncompressed */
     bool probes_ok;
+    uint64_t peak_mem;        /* most KV cache + activations bytes seen */
     volatile sig_atomic_t interrupted;
 };
 
