@@ -31,6 +31,7 @@ HOST = "127.0.0.1"
 # ---------------------------------------------------------------- harness
 
 results = {"pass": 0, "fail": 0}
+servers = []  # every server started, for the sanitizer check at the end
 
 
 def run_test(name, fn, *args):
@@ -68,6 +69,7 @@ class Server:
                     ready.set()
             ready.set()
 
+        servers.append(self)
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
         ready.wait(30)
@@ -82,10 +84,12 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait()
+            code = self.proc.wait()
+        self.reader.join(10)  # the last lines of stderr
+        return code
 
     # raw HTTP, for status codes, headers and bodies exactly as sent
     def request(self, method, path, body=None, headers=None, timeout=120):
@@ -669,13 +673,18 @@ def main():
             run_test("real_text_matches_cli", test_real_text_matches_cli, real)
             run_test("real_stop", test_real_stop, real)
         finally:
-            real.stop()
+            code = real.stop()
+        run_test("real_exit_code", check, code == 0, f"exit code {code}")
         run_test("real_disconnect_frees_slot", test_real_disconnect_frees_slot, REAL)
         run_test("real_queue_full", test_real_queue_full, REAL)
         run_test("real_kv_mem_waits", test_real_kv_mem_waits, REAL)
         run_test("real_sigterm_drains", test_real_sigterm_drains, REAL)
     else:
         print(f"skip server_real_*: {REAL} is absent (make model)")
+    # a server built with sanitizers reports on stderr (and exits non-zero, checked above)
+    reports = [line for srv in servers for line in srv.lines
+               if "runtime error" in line or "Sanitizer" in line or "LeakSanitizer" in line]
+    run_test("no_sanitizer_reports", check, not reports, "".join(reports[:5]))
     print(f"{results['pass']} passed, {results['fail']} failed")
     return 1 if results["fail"] else 0
 
