@@ -88,7 +88,7 @@ $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/gguf.h
 
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
-FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/,cpu.o quant_avx2.o quant_avx512.o)
 $(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
 $(BUILD)/fuzz/%: CC = clang
@@ -96,7 +96,7 @@ $(FUZZ_GCC_OBJS): CC = gcc
 $(FUZZ_GCC_OBJS): FUZZ_LIB_FLAGS =
 fuzz-request: $(BUILD)/fuzz_request
 $(BUILD)/fuzz_request: fuzz/fuzz_request.c $(BUILD)/fuzz/libpromptkv_server.a $(BUILD)/fuzz/libpromptkv.a
-	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) $^ -o $@ -lm $(SERVER_LIBS)
+	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm $(SERVER_LIBS)
 
 clean:
 	rm -rf $(BUILD)

@@ -76,12 +76,12 @@ static void check_textout(const char *const *stop, int n_stop, const char *bytes
         REQUIRE(srv_textout_append(&t, bytes + off, piece) == 0);
         off += piece;
         REQUIRE(t.ready <= t.len && t.ready >= n_taken);
-        n_chunks += srv_utf8_sanitize(t.text + n_taken, t.ready - n_taken, chunks + n_chunks);
+        if (t.ready > n_taken) n_chunks += srv_utf8_sanitize(t.text + n_taken, t.ready - n_taken, chunks + n_chunks);
         n_taken = t.ready;
     }
     srv_textout_finish(&t);
     REQUIRE(t.ready == t.len && n_taken <= t.len);
-    n_chunks += srv_utf8_sanitize(t.text + n_taken, t.len - n_taken, chunks + n_chunks);
+    if (t.len > n_taken) n_chunks += srv_utf8_sanitize(t.text + n_taken, t.len - n_taken, chunks + n_chunks);
     size_t n_whole = srv_utf8_sanitize(t.text ? t.text : "", t.len, whole);
     REQUIRE(n_whole == n_chunks && !memcmp(whole, chunks, n_whole));
     for (int i = 0; i < n_stop; i++) REQUIRE(!t.len || !memmem(t.text, t.len, stop[i], strlen(stop[i])));

@@ -614,11 +614,11 @@ def test_real_kv_mem_waits(model):
 
 
 def test_real_sigterm_drains(model):
-    s = Server(model, "--slots", "2", "--quiet")
+    s = Server(model, "--slots", "2", "--drain-timeout", "600", "--quiet")  # slow sanitizer builds too
     out = {}
 
     def stream():
-        chunks = list(s.client.completions.create(model="m", prompt="Once upon a time", max_tokens=60,
+        chunks = list(s.client.completions.create(model="m", prompt="Once upon a time", max_tokens=40,
                                                   temperature=0, stream=True))
         out["text"] = "".join(c.choices[0].text for c in chunks)
         out["finish"] = chunks[-1].choices[0].finish_reason

@@ -132,7 +132,7 @@ static void take_news_locked(srv_job *job, srv_news *n) {
     size_t avail = job->out.ready > job->taken ? job->out.ready - job->taken : 0;
     n->text = malloc(avail + 1);
     if (n->text) {
-        memcpy(n->text, job->out.text + job->taken, avail);
+        if (avail) memcpy(n->text, job->out.text + job->taken, avail); /* text is NULL until the first piece */
         n->text[avail] = '\0';
         n->len = avail;
         job->taken += avail;
@@ -372,9 +372,9 @@ static void *slot_main(void *arg) {
         pthread_mutex_unlock(&sc->mu);
 
         run_job(slot, job);
-        pkv_session_reset(slot->session); /* frees the cache and clears an interrupt */
 
         pthread_mutex_lock(&sc->mu);
+        pkv_session_reset(slot->session); /* frees the cache; clears an interrupt (made under the lock) */
         slot->job = NULL;
         slot->cache_bytes = slot->saved_bytes = 0;
         sc->mem_reserved -= job->in.cache_bytes_max;

@@ -65,7 +65,7 @@ typedef struct {
     int fd;
     int endpoint;          /* SRV_COMPLETION, SRV_CHAT or ROUTE_OTHER */
     char method[8];
-    char url[128];
+    char *url;
     double t_start;
     char *body;
     size_t len, cap;
@@ -206,7 +206,7 @@ static enum MHD_Result finish_whole(request *r, srv_news *first) {
             return queue_json(r, 500, NULL);
         }
         text = t;
-        memcpy(text + len, n.text, n.len);
+        if (n.len) memcpy(text + len, n.text, n.len);
         len += n.len;
         text[len] = '\0';
         srv_news_free(&n);
@@ -371,14 +371,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     request *r = *con_cls;
     if (!r) {
         r = calloc(1, sizeof *r);
-        if (!r) return MHD_NO;
+        if (!r || !(r->url = strdup(url))) {
+            free(r);
+            return MHD_NO;
+        }
         *con_cls = r;
         r->srv = srv;
         r->conn = conn;
         r->t_start = srv_now();
         r->endpoint = route_endpoint(url);
         snprintf(r->method, sizeof r->method, "%s", method);
-        snprintf(r->url, sizeof r->url, "%s", url);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;
         if (r->endpoint != ROUTE_OTHER) {
@@ -434,11 +436,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 static void log_request(const request *r) {
     double ms = (srv_now() - r->t_start) * 1e3;
+    char url[96], method[sizeof r->method]; /* the client's bytes: printable ASCII only in the log */
+    snprintf(url, sizeof url, "%s", r->url);
+    snprintf(method, sizeof method, "%s", r->method);
+    for (char *p = url; *p; p++)
+        if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) *p = '?';
+    for (char *p = method; *p; p++)
+        if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) *p = '?';
     if (r->endpoint == ROUTE_OTHER) {
-        fprintf(stderr, "%s %s %d %.1f ms\n", r->method, r->url, r->status, ms);
+        fprintf(stderr, "%s %s %d %.1f ms\n", method, url, r->status, ms);
         return;
     }
-    fprintf(stderr, "%s %s %d prompt=%d completion=%d press=\"%s\" %.1f ms\n", r->method, r->url, r->status,
+    fprintf(stderr, "%s %s %d prompt=%d completion=%d press=\"%s\" %.1f ms\n", method, url, r->status,
             r->prompt_tokens, r->completion_tokens, r->press_desc[0] ? r->press_desc : "-", ms);
 }
 
@@ -460,6 +469,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         srv->active--;
         pthread_mutex_unlock(&srv->mu);
     }
+    free(r->url);
     free(r->body);
     free(r->pending);
     free(r);
