@@ -342,6 +342,10 @@ def test_errors(s):
     error_of(*s.post(p, {"prompt": "hi", "kv_compression": {"press": "snapkv"}}), 400, "invalid_value",
              "kv_compression")
     error_of(*s.post(p, {"prompt": "hi", "kv_compression": "snapkv"}), 400, "invalid_type", "kv_compression")
+    # refused by the engine in the prefill, after admission (nothing generated): whole and streamed
+    odd = {"prompt": LONG[:60], "kv_compression": {"press": "snapkv", "ratio": 0.999, "window": 4}}
+    error_of(*s.post(p, odd), 400, "invalid_value")
+    error_of(*s.post(p, dict(odd, stream=True)), 400, "invalid_value")
     # the context (128 tokens) and the token limit (--max-tokens 64)
     error_of(*s.post(p, {"prompt": "word " * 200}), 400, "context_length_exceeded", "prompt")
     error_of(*s.post(p, {"prompt": LONG, "max_tokens": 60}), 400, "context_length_exceeded", "max_tokens")
