@@ -652,8 +652,13 @@ def _connects(port):
 
 
 def main():
-    tiny = Server(TINY, "--slots", "2", "--max-tokens", "64", "--max-body", "64K", "--timeout", "3",
-                  "--body-timeout", "3", "--quiet")
+    try:
+        tiny = Server(TINY, "--slots", "2", "--max-tokens", "64", "--max-body", "64K", "--timeout", "3",
+                      "--body-timeout", "3", "--quiet")
+    except Exception as e:
+        print(f"FAIL server_start: {e}")
+        print("0 passed, 1 failed")
+        return 1
     try:
         for name, fn in [("models", test_models), ("health", test_health), ("completion", test_completion),
                          ("completion_token_ids", test_completion_token_ids), ("chat", test_chat),

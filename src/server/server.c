@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,6 +493,16 @@ static int resolve(const char *host, int port, struct sockaddr_storage *addr, pk
     return 0;
 }
 
+/* libmicrohttpd's own messages (a client that left mid-response, ...), marked as the server's. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n') line[--n] = '\0';
+    fprintf(stderr, "promptkv serve: http: %s\n", line);
+}
+
 static int start_http(server *srv, pkv_error *err) {
     struct sockaddr_storage addr;
     if (resolve(srv->opts->host, srv->opts->port, &addr, err)) return -1;
@@ -503,6 +514,7 @@ static int start_http(server *srv, pkv_error *err) {
                                    MHD_OPTION_CONNECTION_TIMEOUT, srv->opts->idle_timeout,
                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->opts->max_connections,
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                    MHD_OPTION_END);
     if (!srv->daemon) {
         err->code = PKV_ERR_IO;
