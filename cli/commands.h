@@ -7,5 +7,6 @@ int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) of a text"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama-perplexity's method)"},
     {"inspect", cmd_inspect, "which prompt tokens a press keeps, per layer and head (and as an HTML page)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with per-request KV-cache compression"},
 };
 
 static void usage(FILE *out) {
