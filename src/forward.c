@@ -377,6 +377,9 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     int n_batch = s->opts.n_batch;
     int chunk_cap = n < n_batch ? n : n_batch;
     if (stats) memset(stats, 0, sizeof *stats);
+    if (s->broken)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "an earlier call on this session stopped midway (interrupted or out of memory): reset it first");
     if (ensure_chunk_buffers(s, chunk_cap < LOGIT_ROWS ? LOGIT_ROWS : chunk_cap, err)) return -1;
     if (ensure_hidden(s, n, err)) return -1;
     if (row_fn && !w->logit_rows &&
@@ -408,8 +411,10 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
             for (int i = 0; i < hp->n_embd; i++) row[i] *= hp->embd_scale;
     }
 
+    /* from here on a failure leaves layers at different lengths: the session needs a reset */
+    s->broken = true;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (s->interrupted) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
+        if (atomic_load(&s->interrupted)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
         /* sliding-window layers are never pressed (D.6): only full layers are probed */
         bool probed = probing && pkv_layer_is_full(m, il);
         pkv_layer_probe *probe = &s->probes[il];
@@ -439,6 +444,7 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
         compute_logits(s, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
     }
     s->n_pos += n;
+    s->broken = false;
     /* the probes describe an uncompressed cache only if no press ran */
     s->probes_ok = probing && !press;
     /* a long prompt's residual stream and press scratch are not needed by decode: give them back */
