@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "quant.h"
+
 /* The weight and activation types with real kernels, as a list macro so each
  * level declares the same names: X(suffix-of-type). */
 #define PKV_DEQUANT_TYPES(X) \
@@ -33,7 +35,24 @@
     float pkv_dot_f16_f32_##LEVEL(int64_t n, const uint16_t *a, const float *b);               \
     void pkv_axpy_f16_##LEVEL(int64_t n, float alpha, const uint16_t *x, float *y);            \
     void pkv_f32_to_f16_##LEVEL(const float *src, uint16_t *dst, int64_t n);                   \
-    void pkv_f16_to_f32_##LEVEL(const uint16_t *src, float *dst, int64_t n);
+    void pkv_f16_to_f32_##LEVEL(const uint16_t *src, float *dst, int64_t n);                   \
+    void pkv_exp_f32_##LEVEL(int64_t n, const float *x, float *y);                             \
+    void pkv_gelu_tanh_mul_##LEVEL(int64_t n, float *gate, const float *up);                   \
+    void pkv_silu_mul_##LEVEL(int64_t n, float *gate, const float *up);
+
+/* Byte offsets inside one packed activation block (quant.h, batched matmul). */
+enum {
+    PACK32_QS = 0, PACK32_D = 512, PACK32_SUM = 576, PACK32_BYTES = 640,
+    PACK256_QS = 0, PACK256_D = 4096, PACK256_BSUMS = 4160, PACK256_BYTES = 4672,
+    PACKF_BYTES = 64
+};
+
+/* Batched matmul kernels (gemm.c, gemm_avx2.c, gemm_avx512.c). */
+#define PKV_GEMM_TYPES(X) X(f32) X(f16) X(q4_0) X(q5_0) X(q8_0) X(q4_K) X(q5_K) X(q6_K)
+#define PKV_DECLARE_GEMM(LEVEL, T) void pkv_gemm_##T##_##LEVEL(const pkv_gemm_args *a);
+#define X(T) PKV_DECLARE_GEMM(scalar, T) PKV_DECLARE_GEMM(avx2, T) PKV_DECLARE_GEMM(avx512, T)
+PKV_GEMM_TYPES(X)
+#undef X
 
 /* scalar: every kernel */
 #define X(T) PKV_DECLARE_DEQUANT(scalar, T)

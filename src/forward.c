@@ -263,8 +263,8 @@ static void ffn_block(pkv_session *s, int il, float *x, int n_tok) {
     pkv_rmsnorm(w->x, x, L->ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
     matmul(s, &L->w_gate, w->x, n_tok, w->gate);
     matmul(s, &L->w_up, w->x, n_tok, w->up);
-    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    else pkv_silu_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    else pkv_silu_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
     matmul(s, &L->w_down, w->gate, n_tok, w->proj);
     if (pkv_tensor_present(&L->post_ffn_norm))
         pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);

@@ -572,6 +572,43 @@ void pkv_f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
 }
 
+/* Cephes expf (also the SIMD kernels' algorithm, operation for operation):
+ * e^x = 2^n e^r with n = round(x log2 e), r = x - n ln2 (ln2 in two parts),
+ * e^r = 1 + r + r^2 P(r). Rounding n by adding 1.5 * 2^23 rounds half to
+ * even, as the vector code does. */
+static float exp_ref(float x) {
+    x = fminf(fmaxf(x, -87.33654f), 88.72283f);
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = fmaf(1.9875691500e-4f, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r) + 1.0f;
+    return p * pkv_bits_to_f32((uint32_t)((int32_t)n + 127) << 23);
+}
+
+void pkv_exp_f32_scalar(int64_t n, const float *x, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = exp_ref(x[i]);
+}
+
+void pkv_gelu_tanh_mul_scalar(int64_t n, float *gate, const float *up) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        gate[i] = x * up[i] / (1.0f + exp_ref(-2.0f * u));
+    }
+}
+
+void pkv_silu_mul_scalar(int64_t n, float *gate, const float *up) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        gate[i] = x * up[i] / (1.0f + exp_ref(-x));
+    }
+}
+
 /* ------------------------------------------------------------------ reference weight quantisers */
 
 /* Nearest integer of v clamped to [lo, hi]; NaN maps to lo. */

@@ -557,3 +557,50 @@ void pkv_f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(src + i));
     for (; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
 }
+
+/* ------------------------------------------------------------------ exp and gated activations */
+
+/* quant.c exp_ref, 8 lanes, the same operations in the same order. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.72283f));
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic), magic);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void pkv_exp_f32_avx2(int64_t n, const float *x, float *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) pkv_exp_f32_scalar(n - i, x + i, y + i);
+}
+
+void pkv_gelu_tanh_mul_avx2(int64_t n, float *gate, const float *up) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
+        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_add_ps(x, x3));
+        const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u)));
+        _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(x, _mm256_loadu_ps(up + i)), den));
+    }
+    if (i < n) pkv_gelu_tanh_mul_scalar(n - i, gate + i, up + i);
+}
+
+void pkv_silu_mul_avx2(int64_t n, float *gate, const float *up) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
+        _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(x, _mm256_loadu_ps(up + i)), den));
+    }
+    if (i < n) pkv_silu_mul_scalar(n - i, gate + i, up + i);
+}
