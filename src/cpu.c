@@ -93,6 +93,9 @@ static const pkv_kernels scalar_kernels = {
     .exp_f32 = pkv_exp_f32_scalar,
     .gelu_tanh_mul = pkv_gelu_tanh_mul_scalar,
     .silu_mul = pkv_silu_mul_scalar,
+    .att_stage = pkv_att_stage_scalar,
+    .att_scores = pkv_att_scores_scalar,
+    .att_accum = pkv_att_accum_scalar,
     .gemm =
         {
             [PKV_TYPE_F32] = pkv_gemm_f32_scalar,
@@ -139,6 +142,9 @@ static const pkv_kernels avx2_kernels = {
     .exp_f32 = pkv_exp_f32_avx2,
     .gelu_tanh_mul = pkv_gelu_tanh_mul_avx2,
     .silu_mul = pkv_silu_mul_avx2,
+    .att_stage = pkv_att_stage_avx2,
+    .att_scores = pkv_att_scores_avx2,
+    .att_accum = pkv_att_accum_avx2,
     .gemm =
         {
             [PKV_TYPE_F32] = pkv_gemm_f32_avx2,
@@ -180,6 +186,9 @@ static const pkv_kernels avx512_kernels = {
     .exp_f32 = pkv_exp_f32_avx2,
     .gelu_tanh_mul = pkv_gelu_tanh_mul_avx2,
     .silu_mul = pkv_silu_mul_avx2,
+    .att_stage = pkv_att_stage_avx2,
+    .att_scores = pkv_att_scores_avx512,
+    .att_accum = pkv_att_accum_avx512,
     .gemm =
         {
             [PKV_TYPE_F32] = pkv_gemm_f32_avx512,

@@ -38,7 +38,11 @@
     void pkv_f16_to_f32_##LEVEL(const uint16_t *src, float *dst, int64_t n);                   \
     void pkv_exp_f32_##LEVEL(int64_t n, const float *x, float *y);                             \
     void pkv_gelu_tanh_mul_##LEVEL(int64_t n, float *gate, const float *up);                   \
-    void pkv_silu_mul_##LEVEL(int64_t n, float *gate, const float *up);
+    void pkv_silu_mul_##LEVEL(int64_t n, float *gate, const float *up);                        \
+    void pkv_att_stage_##LEVEL(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, \
+                               float *vt);                                                     \
+    void pkv_att_scores_##LEVEL(int nq, int dk, const float *q, const float *kt, float *s);    \
+    void pkv_att_accum_##LEVEL(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 
 /* Byte offsets inside one packed activation block (quant.h, batched matmul). */
 enum {
@@ -87,5 +91,7 @@ PKV_DECLARE_FLOAT_HELPERS(avx2)
 #define X(T) PKV_DECLARE_VEC_DOT(avx512, T)
 PKV_AVX512_VEC_DOT_TYPES(X)
 #undef X
+void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, float *s);
+void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 
 #endif

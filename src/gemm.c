@@ -127,6 +127,16 @@ static float *acc_of(const pkv_gemm_args *a, int g, int r) {
     return a->acc + ((size_t)g * PKV_GEMM_ROWS + (size_t)r) * PKV_GEMM_TOK;
 }
 
+/* Where a finished value goes: acc, or y on the last chunk. */
+static void put(const pkv_gemm_args *a, int g, int r, int t, float v) {
+    if (!a->y) {
+        acc_of(a, g, r)[t] = v;
+        return;
+    }
+    const int tok = g * PKV_GEMM_TOK + t;
+    if (tok < a->y_tokens) a->y[(int64_t)tok * a->ldy + r] = v;
+}
+
 /* Unsigned quants u of legacy block b (value = u - offset); returns its scale. */
 static float unpack_legacy(uint32_t type, const void *row, int64_t b, uint8_t u[32]) {
     switch (type) {
@@ -174,7 +184,7 @@ static void gemm_legacy(const pkv_gemm_args *a, uint32_t type, int offset) {
                     for (int e = 0; e < 32; e++) s += u[32 * b + e] * act_q(rec, e, t);
                     v = fmaf((float)s, rd_f32(rec + PACK32_D + 4 * t) * dw[b], v);
                 }
-                acc[t] = v;
+                put(a, g, r, t, v);
             }
         }
     }
@@ -277,7 +287,7 @@ static void gemm_kquant(const pkv_gemm_args *a, uint32_t type) {
                         v = fmaf((float)mins, -(da * x->dmin), v);
                     }
                 }
-                acc[t] = v;
+                put(a, g, r, t, v);
             }
         }
     }
@@ -306,7 +316,7 @@ static void gemm_float(const pkv_gemm_args *a, bool f16) {
                     }
                     v = fmaf(w, rd_f32(grp + e * PACKF_BYTES + 4 * t), v);
                 }
-                acc[t] = v;
+                put(a, g, r, t, v);
             }
         }
     }

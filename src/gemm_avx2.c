@@ -22,8 +22,8 @@ static inline void load_acc(const pkv_gemm_args *a, const float *acc, int h, __m
         c[r] = a->init || r >= a->n_rows ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + PKV_GEMM_TOK * r + 8 * h);
 }
 
-static inline void store_acc(float *acc, int h, const __m256 c[ROWS]) {
-    for (int r = 0; r < ROWS; r++) _mm256_storeu_ps(acc + PKV_GEMM_TOK * r + 8 * h, c[r]);
+static inline void store_acc(const pkv_gemm_args *a, int g, float *acc, int h, __m256 c[ROWS]) {
+    gemm_put8(a, acc, g * PKV_GEMM_TOK + 8 * h, h, c);
 }
 
 /* ------------------------------------------------------------------ legacy blocks (Q8_32 pack) */
@@ -120,7 +120,7 @@ static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_arg
                     c[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(da, _mm256_set1_ps(st.dw[r][b])), c[r]);
                 }
             }
-            store_acc(acc, h, c);
+            store_acc(a, g, acc, h, c);
         }
     }
 }
@@ -275,7 +275,7 @@ static inline __attribute__((always_inline)) void gemm_kquant(const pkv_gemm_arg
                     }
                 }
             }
-            store_acc(acc, h, c);
+            store_acc(a, g, acc, h, c);
         }
     }
 }
@@ -310,7 +310,7 @@ static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args
 #pragma GCC unroll 8
                 for (int r = 0; r < ROWS; r++) c[r] = _mm256_fmadd_ps(_mm256_set1_ps(st[r][e]), xv, c[r]);
             }
-            store_acc(acc, h, c);
+            store_acc(a, g, acc, h, c);
         }
     }
 }

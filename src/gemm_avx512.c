@@ -26,8 +26,46 @@ static inline void load_acc(const pkv_gemm_args *a, const float *acc, __m512 c[R
         c[r] = a->init || r >= a->n_rows ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + PKV_GEMM_TOK * r);
 }
 
-static inline void store_acc(float *acc, const __m512 c[ROWS]) {
-    for (int r = 0; r < ROWS; r++) _mm512_storeu_ps(acc + PKV_GEMM_TOK * r, c[r]);
+/* Results of one group to acc, or transposed into y on the last chunk. */
+static inline void store_acc(const pkv_gemm_args *a, int g, float *acc, const __m512 c[ROWS]) {
+    if (!a->y) {
+        for (int r = 0; r < ROWS; r++) _mm512_storeu_ps(acc + PKV_GEMM_TOK * r, c[r]);
+        return;
+    }
+    const int tok0 = g * PKV_GEMM_TOK;
+    if (a->n_rows != ROWS || a->y_tokens - tok0 < PKV_GEMM_TOK) {
+        for (int h = 0; h < 2; h++) {
+            __m256 v[8];
+            for (int r = 0; r < ROWS; r++) v[r] = h ? _mm512_extractf32x8_ps(c[r], 1) : _mm512_castps512_ps256(c[r]);
+            if (tok0 + 8 * h < a->y_tokens) gemm_put8(a, acc, tok0 + 8 * h, h, v);
+        }
+        return;
+    }
+    /* an 8x8 transpose in each 256-bit half; then token i of a half and
+     * token i + 4 share a vector */
+    __m512 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(c[2 * i], c[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(c[2 * i], c[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    float *y = a->y + (int64_t)tok0 * a->ldy;
+    const int64_t ld = a->ldy;
+    for (int i = 0; i < 4; i++) {
+        const __m512 wa = _mm512_permutex2var_ps(u[i], lo, u[i + 4]); /* tokens i, 4 + i */
+        const __m512 wb = _mm512_permutex2var_ps(u[i], hi, u[i + 4]); /* tokens 8 + i, 12 + i */
+        _mm256_storeu_ps(y + i * ld, _mm512_castps512_ps256(wa));
+        _mm256_storeu_ps(y + (4 + i) * ld, _mm512_extractf32x8_ps(wa, 1));
+        _mm256_storeu_ps(y + (8 + i) * ld, _mm512_castps512_ps256(wb));
+        _mm256_storeu_ps(y + (12 + i) * ld, _mm512_extractf32x8_ps(wb, 1));
+    }
 }
 
 /* ------------------------------------------------------------------ legacy blocks (Q8_32 pack) */
@@ -92,7 +130,7 @@ static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_arg
                 c[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(da, _mm512_set1_ps(st.dw[r][b])), c[r]);
             }
         }
-        store_acc(acc, c);
+        store_acc(a, g, acc, c);
     }
 }
 
@@ -197,7 +235,6 @@ static inline __attribute__((always_inline)) void kquant_dots(const kquant_stage
 #pragma GCC unroll 8
         for (int r = 0; r < ROWS; r++) {
             const uint8_t *u = st->u[r] + QK_K * b + j0 * sub;
-#pragma GCC unroll 2
             for (int jj = 0; jj < 32 / sub; jj++) {
                 __m512i s = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -254,7 +291,7 @@ static inline __attribute__((always_inline)) void gemm_kquant(const pkv_gemm_arg
                 }
             }
         }
-        store_acc(acc, c);
+        store_acc(a, g, acc, c);
     }
 }
 
@@ -286,7 +323,7 @@ static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args
 #pragma GCC unroll 8
             for (int r = 0; r < ROWS; r++) c[r] = _mm512_fmadd_ps(_mm512_set1_ps(st[r][e]), xv, c[r]);
         }
-        store_acc(acc, c);
+        store_acc(a, g, acc, c);
     }
 }
 

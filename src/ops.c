@@ -23,6 +23,7 @@ enum {
     GEMM_MIN_TOK = 4,          /* the batched path from this many tokens on */
     PANEL_BYTES = 384 << 10,   /* packed activations one tile reads (kept in L2) */
     MAX_PANEL_GROUPS = 16,
+    BLOCK_TILES = 4,           /* row tiles of a work item */
 };
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -152,41 +153,42 @@ static void pack_item(void *arg, int64_t g, int ith) {
                   (char *)j->packed + (size_t)g * j->group_bytes, thread_floats(j, ith));
 }
 
-/* One output tile: a panel of token groups times PKV_GEMM_ROWS rows. */
+/* One work item: a panel of token groups times BLOCK_TILES tiles of
+ * PKV_GEMM_ROWS rows. The kernels write the last K chunk's results straight
+ * into y, group by group, so the stores overlap the next group's work. */
 static void gemm_item(void *arg, int64_t item, int ith) {
     matmul_job *j = arg;
     int64_t local;
     const int wi = item_weight(j, item, &local);
     const pkv_tensor *w = j->w[wi];
     float *y = j->y[wi];
-    const int64_t M = w->ne[1], n_tiles = (M + PKV_GEMM_ROWS - 1) / PKV_GEMM_ROWS;
-    const int64_t panel = local / n_tiles, m0 = (local % n_tiles) * PKV_GEMM_ROWS;
+    const int64_t M = w->ne[1], n_blocks = (M + BLOCK_TILES * PKV_GEMM_ROWS - 1) / (BLOCK_TILES * PKV_GEMM_ROWS);
+    const int64_t panel = local / n_blocks, mb = (local % n_blocks) * BLOCK_TILES * PKV_GEMM_ROWS;
     const int g0 = (int)panel * j->panel_groups;
     const int n_groups = j->n_groups - g0 < j->panel_groups ? j->n_groups - g0 : j->panel_groups;
     float *acc = thread_acc(j, ith);
-    pkv_gemm_args a = {
-        .w = (const char *)w->data + m0 * w->row_bytes,
-        .row_bytes = w->row_bytes,
-        .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
-        .act = (const char *)j->packed + (size_t)g0 * j->group_bytes,
-        .group_bytes = j->group_bytes,
-        .n_groups = n_groups,
-        .acc = acc,
-    };
     pkv_gemm_fn gemm = j->kern->gemm[w->type];
-    for (int64_t k0 = 0; k0 < j->K; k0 += j->k_chunk) {
-        a.k0 = k0;
-        a.k1 = k0 + j->k_chunk < j->K ? k0 + j->k_chunk : j->K;
-        a.init = k0 == 0;
-        gemm(&a);
-    }
-    for (int g = 0; g < n_groups; g++) {
-        const int t0 = (g0 + g) * PKV_GEMM_TOK;
-        const int nt = j->n_tok - t0 < PKV_GEMM_TOK ? j->n_tok - t0 : PKV_GEMM_TOK;
-        const float *ag = acc + (size_t)g * PKV_GEMM_ROWS * PKV_GEMM_TOK;
-        for (int t = 0; t < nt; t++) {
-            float *yr = y + (int64_t)(t0 + t) * M + m0;
-            for (int r = 0; r < a.n_rows; r++) yr[r] = ag[r * PKV_GEMM_TOK + t];
+    const int t0 = g0 * PKV_GEMM_TOK;
+    for (int tile = 0; tile < BLOCK_TILES; tile++) {
+        const int64_t m0 = mb + tile * PKV_GEMM_ROWS;
+        if (m0 >= M) break;
+        pkv_gemm_args a = {
+            .w = (const char *)w->data + m0 * w->row_bytes,
+            .row_bytes = w->row_bytes,
+            .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
+            .act = (const char *)j->packed + (size_t)g0 * j->group_bytes,
+            .group_bytes = j->group_bytes,
+            .n_groups = n_groups,
+            .acc = acc,
+            .ldy = M,
+            .y_tokens = j->n_tok - t0,
+        };
+        for (int64_t k0 = 0; k0 < j->K; k0 += j->k_chunk) {
+            a.k0 = k0;
+            a.k1 = k0 + j->k_chunk < j->K ? k0 + j->k_chunk : j->K;
+            a.init = k0 == 0;
+            a.y = a.k1 == j->K ? y + (int64_t)t0 * M + m0 : NULL;
+            gemm(&a);
         }
     }
 }
@@ -207,7 +209,8 @@ static void run_gemm_path(const pkv_compute *c, matmul_job *j) {
      * time read the same panel */
     j->item0[0] = 0;
     for (int i = 0; i < j->n_w; i++)
-        j->item0[i + 1] = j->item0[i] + (int64_t)j->n_panels * ((j->w[i]->ne[1] + PKV_GEMM_ROWS - 1) / PKV_GEMM_ROWS);
+        j->item0[i + 1] = j->item0[i] + (int64_t)j->n_panels * ((j->w[i]->ne[1] + BLOCK_TILES * PKV_GEMM_ROWS - 1) /
+                                                                (BLOCK_TILES * PKV_GEMM_ROWS));
     pkv_pool_for(c->pool, j->item0[j->n_w], gemm_item, j);
 }
 
@@ -255,13 +258,25 @@ void pkv_get_row(const pkv_compute *c, const pkv_tensor *w, int64_t row, float *
 
 /* ---------------------------------------------------------------- elementwise */
 
+/* Sum of squares in 16 float partial sums (as a vectorised fp32 reduction
+ * does), added up in double. */
+static double sum_squares(const float *x, int n) {
+    float part[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) part[k] += x[i + k] * x[i + k];
+    double ss = 0.0;
+    for (int k = 0; k < 16; k++) ss += part[k];
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
 void pkv_rmsnorm(float *out, const float *x, const float *weight, int n, int n_rows, float eps) {
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (int64_t)r * n;
         float *yr = out + (int64_t)r * n;
-        double ss = 0.0; /* double: the sum of squares over thousands of values */
-        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
-        float scale = (float)(1.0 / sqrt(ss / n + eps));
+        float scale = (float)(1.0 / sqrt(sum_squares(xr, n) / n + eps));
         if (weight)
             for (int i = 0; i < n; i++) yr[i] = xr[i] * scale * weight[i];
         else
@@ -326,9 +341,14 @@ void pkv_rope(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos
     int half = p->n_rot / 2;
     for (int t = 0; t < n_tok; t++) {
         for (int i = 0; i < half; i++) {
-            /* angle in double: positions reach 10^5 and more, f32 would lose the phase */
+            /* angle in double: positions reach 10^5 and more, f32 would lose
+             * the phase; reduced to [-pi, pi] there, where sincosf is exact
+             * to an ulp */
+            const double two_pi = 6.283185307179586;
             double theta = (double)pos[t] * inv_freq[i];
-            float cs = (float)cos(theta), sn = (float)sin(theta);
+            theta -= two_pi * floor(theta / two_pi + 0.5);
+            float cs, sn;
+            sincosf((float)theta, &sn, &cs);
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((int64_t)t * n_heads + h) * head_dim;
                 int a = p->mode == PKV_ROPE_NEOX ? i : 2 * i;

@@ -609,6 +609,41 @@ void pkv_silu_mul_scalar(int64_t n, float *gate, const float *up) {
     }
 }
 
+/* ------------------------------------------------------------------ attention blocks */
+
+void pkv_att_stage_scalar(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt) {
+    for (int j = 0; j < PKV_ATT_BK; j++) {
+        for (int d = 0; d < dk; d++) {
+            float x = 0.0f;
+            if (j < n) x = elem_bytes == 2 ? pkv_f16_to_f32(((const uint16_t *)k)[(size_t)j * dk + d]) : ((const float *)k)[(size_t)j * dk + d];
+            kt[d * PKV_ATT_BK + j] = x;
+        }
+        for (int e = 0; e < dv; e++) {
+            float x = 0.0f;
+            if (j < n) x = elem_bytes == 2 ? pkv_f16_to_f32(((const uint16_t *)v)[(size_t)j * dv + e]) : ((const float *)v)[(size_t)j * dv + e];
+            vt[(size_t)j * dv + e] = x;
+        }
+    }
+}
+
+void pkv_att_scores_scalar(int nq, int dk, const float *q, const float *kt, float *s) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < PKV_ATT_BK; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < dk; d++) acc = fmaf(q[(size_t)i * dk + d], kt[d * PKV_ATT_BK + j], acc);
+            s[i * PKV_ATT_BK + j] = acc;
+        }
+}
+
+void pkv_att_accum_scalar(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
+    for (int i = 0; i < nq; i++)
+        for (int e = 0; e < dv; e++) {
+            float x = o[(size_t)i * dv + e] * alpha[i];
+            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
+            o[(size_t)i * dv + e] = x;
+        }
+}
+
 /* ------------------------------------------------------------------ reference weight quantisers */
 
 /* Nearest integer of v clamped to [lo, hi]; NaN maps to lo. */

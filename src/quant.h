@@ -163,6 +163,8 @@ typedef float (*pkv_vec_dot_fn)(int64_t n, const void *weight_row, const void *a
  *       int16 bsums[8][16][2]  Q8_K bsums 2i and 2i+1 of token t at [i][t]
  *   PKV_PACK_F32    (F32, F16 weights), 64 bytes per element: float x[16]
  */
+enum { PKV_ATT_BK = 16 }; /* keys per attention block */
+
 enum {
     PKV_GEMM_TOK = 16, /* tokens per packed group */
     PKV_GEMM_ROWS = 8, /* weight rows per kernel call */
@@ -190,6 +192,12 @@ typedef struct {
     int n_groups;
     float *acc;          /* [n_groups][PKV_GEMM_ROWS][PKV_GEMM_TOK], accumulated into */
     bool init;           /* start acc from zero instead of its contents */
+    /* The last K chunk writes its results to y instead of acc: token t of
+     * the call (group t / 16) and row r at y[t * ldy + r], for t < y_tokens
+     * and r < n_rows. NULL: results stay in acc. */
+    float *y;
+    int64_t ldy;
+    int y_tokens;
 } pkv_gemm_args;
 
 typedef void (*pkv_gemm_fn)(const pkv_gemm_args *a);
@@ -215,6 +223,17 @@ typedef struct pkv_kernels {
      * u = sqrt(2/pi)(x + 0.044715x^3) (HF gelu_pytorch_tanh); silu(x) = x / (1 + e^-x) */
     void (*gelu_tanh_mul)(int64_t n, float *gate, const float *up);
     void (*silu_mul)(int64_t n, float *gate, const float *up);
+
+    /* Attention blocks of PKV_ATT_BK keys (attention.c), each output element
+     * accumulated in a fixed order (the scalar versions are bit-identical):
+     * att_stage: n <= PKV_ATT_BK cache rows of keys (dk) and values (dv),
+     *   elem_bytes 2 (f16) or 4 (f32), into kt[dk][PKV_ATT_BK] (transposed)
+     *   and vt[PKV_ATT_BK][dv] as f32, rows >= n zero;
+     * att_scores: s[i][j] = sum_d q[i][d] kt[d][j] for nq query rows, d in order;
+     * att_accum: o[i][e] = o[i][e] alpha[i] + sum_j p[i][j] vt[j][e], j in order. */
+    void (*att_stage)(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt);
+    void (*att_scores)(int nq, int dk, const float *q, const float *kt, float *s);
+    void (*att_accum)(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 
     /* batched matmul kernels by weight type (NULL: none; see above) */
     pkv_gemm_fn gemm[PKV_TYPE_COUNT];
