@@ -105,6 +105,7 @@ static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_arg
         for (int h = 0; h < 2; h++) {
             __m256 c[ROWS];
             load_acc(a, acc, h, c);
+            if (h == 0) gemm_prefetch_out(a, g);
             const uint8_t *rec = grp;
             for (int64_t b = 0; b < nb; b++, rec += PACK32_BYTES) {
                 const __m256i corr = type == PKV_TYPE_Q8_0
@@ -255,6 +256,7 @@ static inline __attribute__((always_inline)) void gemm_kquant(const pkv_gemm_arg
         for (int h = 0; h < 2; h++) {
             __m256 c[ROWS];
             load_acc(a, acc, h, c);
+            if (h == 0) gemm_prefetch_out(a, g);
             const uint8_t *rec = grp;
             for (int64_t b = 0; b < nb; b++, rec += PACK256_BYTES) {
                 const __m256 da = _mm256_loadu_ps((const float *)(rec + PACK256_D) + 8 * h);
@@ -304,6 +306,7 @@ static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args
         for (int h = 0; h < 2; h++) {
             __m256 c[ROWS];
             load_acc(a, acc, h, c);
+            if (h == 0) gemm_prefetch_out(a, g);
             const float *x = x0 + 8 * h;
             for (int64_t e = 0; e < n; e++, x += PKV_GEMM_TOK) {
                 const __m256 xv = _mm256_loadu_ps(x);

@@ -114,6 +114,7 @@ static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_arg
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;
         __m512 c[ROWS];
         load_acc(a, acc, c);
+        gemm_prefetch_out(a, g);
         const uint8_t *rec = (const uint8_t *)a->act + (size_t)g * a->group_bytes + (size_t)b0 * PACK32_BYTES;
         for (int64_t b = 0; b < nb; b++, rec += PACK32_BYTES) {
             __m512i av[8];
@@ -121,14 +122,17 @@ static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_arg
             for (int k = 0; k < 8; k++) av[k] = load512(rec + 64 * k);
             const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(load512(rec + PACK32_SUM), shift));
             const __m512 da = _mm512_loadu_ps((const float *)(rec + PACK32_D));
+            /* the rows' 8-step chains interleaved, so they overlap */
+            __m512i s[ROWS];
 #pragma GCC unroll 8
-            for (int r = 0; r < ROWS; r++) {
-                const uint8_t *u = st.u[r] + 32 * b;
-                __m512i s = corr;
+            for (int r = 0; r < ROWS; r++) s[r] = corr;
 #pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) s = _mm512_dpbusd_epi32(s, bcast32(u + 4 * k), av[k]);
-                c[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(da, _mm512_set1_ps(st.dw[r][b])), c[r]);
-            }
+            for (int k = 0; k < 8; k++)
+#pragma GCC unroll 8
+                for (int r = 0; r < ROWS; r++) s[r] = _mm512_dpbusd_epi32(s[r], bcast32(st.u[r] + 32 * b + 4 * k), av[k]);
+#pragma GCC unroll 8
+            for (int r = 0; r < ROWS; r++)
+                c[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), _mm512_mul_ps(da, _mm512_set1_ps(st.dw[r][b])), c[r]);
         }
         store_acc(a, g, acc, c);
     }
@@ -232,16 +236,20 @@ static inline __attribute__((always_inline)) void kquant_dots(const kquant_stage
         __m512i av[8];
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) av[k] = load512(rec + 64 * (8 * (j0 * sub / 32) + k));
+        for (int jj = 0; jj < 32 / sub; jj++) {
+            /* the rows' chains interleaved, so they overlap */
+            __m512i s[ROWS];
 #pragma GCC unroll 8
-        for (int r = 0; r < ROWS; r++) {
-            const uint8_t *u = st->u[r] + QK_K * b + j0 * sub;
-            for (int jj = 0; jj < 32 / sub; jj++) {
-                __m512i s = _mm512_setzero_si512();
+            for (int r = 0; r < ROWS; r++) s[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-                for (int k = 0; k < dwords; k++)
-                    s = _mm512_dpbusd_epi32(s, bcast32(u + 4 * (jj * dwords + k)), av[jj * dwords + k]);
-                tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s, _mm512_set1_epi32(st->sc[r][b][j0 + jj])));
-            }
+            for (int k = 0; k < dwords; k++)
+#pragma GCC unroll 8
+                for (int r = 0; r < ROWS; r++)
+                    s[r] = _mm512_dpbusd_epi32(s[r], bcast32(st->u[r] + QK_K * b + j0 * sub + 4 * (jj * dwords + k)),
+                                               av[jj * dwords + k]);
+#pragma GCC unroll 8
+            for (int r = 0; r < ROWS; r++)
+                tot[r] = _mm512_add_epi32(tot[r], _mm512_mullo_epi32(s[r], _mm512_set1_epi32(st->sc[r][b][j0 + jj])));
         }
     }
 }
@@ -270,6 +278,7 @@ static inline __attribute__((always_inline)) void gemm_kquant(const pkv_gemm_arg
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;
         __m512 c[ROWS];
         load_acc(a, acc, c);
+        gemm_prefetch_out(a, g);
         const uint8_t *rec = (const uint8_t *)a->act + (size_t)g * a->group_bytes + (size_t)b0 * PACK256_BYTES;
         for (int64_t b = 0; b < nb; b++, rec += PACK256_BYTES) {
             const __m512 da = _mm512_loadu_ps((const float *)(rec + PACK256_D));
@@ -317,6 +326,7 @@ static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;
         __m512 c[ROWS];
         load_acc(a, acc, c);
+        gemm_prefetch_out(a, g);
         const float *x = (const float *)((const uint8_t *)a->act + (size_t)g * a->group_bytes) + a->k0 * PKV_GEMM_TOK;
         for (int64_t e = 0; e < n; e++, x += PKV_GEMM_TOK) {
             const __m512 xv = _mm512_loadu_ps(x);

@@ -336,19 +336,37 @@ void pkv_rope_inv_freq(const pkv_rope_params *p, float *inv_freq) {
     }
 }
 
+enum { ROPE_MAX_PAIRS = 512 };
+
+/* The angles are pos * inv_freq in double (positions reach 10^5 and more, f32
+ * would lose the phase). Consecutive positions advance each (cos, sin) pair
+ * by a rotation of inv_freq, in double (the error after thousands of steps
+ * stays ~1e-13), so sin and cos are evaluated once per call and frequency
+ * rather than once per token. */
 void pkv_rope(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos, const pkv_rope_params *p,
               const float *inv_freq) {
-    int half = p->n_rot / 2;
-    for (int t = 0; t < n_tok; t++) {
+    const int half = p->n_rot / 2;
+    double c[ROPE_MAX_PAIRS], s[ROPE_MAX_PAIRS], c_step[ROPE_MAX_PAIRS], s_step[ROPE_MAX_PAIRS];
+    const bool recur = half <= ROPE_MAX_PAIRS;
+    if (recur)
         for (int i = 0; i < half; i++) {
-            /* angle in double: positions reach 10^5 and more, f32 would lose
-             * the phase; reduced to [-pi, pi] there, where sincosf is exact
-             * to an ulp */
-            const double two_pi = 6.283185307179586;
-            double theta = (double)pos[t] * inv_freq[i];
-            theta -= two_pi * floor(theta / two_pi + 0.5);
-            float cs, sn;
-            sincosf((float)theta, &sn, &cs);
+            c_step[i] = cos((double)inv_freq[i]);
+            s_step[i] = sin((double)inv_freq[i]);
+        }
+    for (int t = 0; t < n_tok; t++) {
+        const bool next = recur && t > 0 && pos[t] == pos[t - 1] + 1;
+        for (int i = 0; i < half; i++) {
+            double ct, st;
+            if (next) {
+                ct = c[i] * c_step[i] - s[i] * s_step[i];
+                st = s[i] * c_step[i] + c[i] * s_step[i];
+            } else {
+                const double theta = (double)pos[t] * inv_freq[i];
+                ct = cos(theta);
+                st = sin(theta);
+            }
+            if (recur) c[i] = ct, s[i] = st;
+            const float cs = (float)ct, sn = (float)st;
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((int64_t)t * n_heads + h) * head_dim;
                 int a = p->mode == PKV_ROPE_NEOX ? i : 2 * i;

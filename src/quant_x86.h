@@ -35,6 +35,14 @@ static inline void transpose8x8_ps(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+/* On the last K chunk, asks for the output lines of group g while the
+ * group computes: y is usually several MB and its lines are not cached. */
+static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
+    if (!a->y) return;
+    const int t0 = g * PKV_GEMM_TOK, t1 = t0 + PKV_GEMM_TOK < a->y_tokens ? t0 + PKV_GEMM_TOK : a->y_tokens;
+    for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
+}
+
 /* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,
  * one vector per row (t[r] = row r of tokens tok0..tok0+7), to acc or, on
  * the last chunk, transposed into y. */
@@ -242,6 +250,14 @@ static inline void transpose8x8_ps(__m256 r[8]) {
     r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
     r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* On the last K chunk, asks for the output lines of group g while the
+ * group computes: y is usually several MB and its lines are not cached. */
+static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
+    if (!a->y) return;
+    const int t0 = g * PKV_GEMM_TOK, t1 = t0 + PKV_GEMM_TOK < a->y_tokens ? t0 + PKV_GEMM_TOK : a->y_tokens;
+    for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
 }
 
 /* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,

@@ -451,4 +451,23 @@ TEST(ops_rmsnorm_and_rope_against_double) {
             CHECK_NEAR(v[t * hd + i], a * cos(th) - b * sin(th), 2e-6);
             CHECK_NEAR(v[t * hd + i + hd / 2], a * sin(th) + b * cos(th), 2e-6);
         }
+    /* a long run of consecutive positions (the angles advance by rotation) */
+    enum { RUN = 3000 };
+    float *r = malloc((size_t)RUN * hd * sizeof(float)), *r0 = malloc((size_t)RUN * hd * sizeof(float));
+    int32_t *rp = malloc(RUN * sizeof(int32_t));
+    for (int i = 0; i < RUN * hd; i++) r0[i] = r[i] = rng_sym(&rng);
+    for (int t = 0; t < RUN; t++) rp[t] = 100000 + t + (t >= 2000 ? 5 : 0); /* and a jump */
+    pkv_rope(r, RUN, 1, hd, rp, &p, inv);
+    double worst = 0.0;
+    for (int t = 0; t < RUN; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            const double th = (double)rp[t] * (double)inv[i];
+            const double a = r0[t * hd + i], b = r0[t * hd + i + hd / 2];
+            const double e0 = fabs(r[t * hd + i] - (a * cos(th) - b * sin(th)));
+            const double e1 = fabs(r[t * hd + i + hd / 2] - (a * sin(th) + b * cos(th)));
+            if (e0 > worst) worst = e0;
+            if (e1 > worst) worst = e1;
+        }
+    CHECK_MSG(worst <= 2e-6, "rope over 3000 consecutive positions: max error %.3g", worst);
+    free(r), free(r0), free(rp);
 }
