@@ -184,6 +184,41 @@ static int chunk_rows(const tile *tl) {
     return ch < MIN_CHUNK ? MIN_CHUNK : ch;
 }
 
+/* GNU C vectors of 4 floats: SSE in the portable build, the same at every
+ * SIMD level of the kernel tables. */
+typedef float v4f __attribute__((vector_size(16)));
+
+/* A whole block of scores seen by one query (no soft-cap): scale, the new
+ * running max, exp arguments in place and the rescale argument. Returns the
+ * new max. */
+static float softmax_block_start(float *si, float scale, float m, float *alpha_arg) {
+    const v4f vs = {scale, scale, scale, scale};
+    v4f v[PKV_ATT_BK / 4];
+    float bm = m;
+    for (int c = 0; c < PKV_ATT_BK / 4; c++) {
+        memcpy(&v[c], si + 4 * c, sizeof v[c]);
+        v[c] *= vs;
+        for (int e = 0; e < 4; e++) bm = v[c][e] > bm ? v[c][e] : bm;
+    }
+    const v4f vm = {bm, bm, bm, bm};
+    for (int c = 0; c < PKV_ATT_BK / 4; c++) {
+        v[c] -= vm;
+        memcpy(si + 4 * c, &v[c], sizeof v[c]);
+    }
+    *alpha_arg = m - bm;
+    return bm;
+}
+
+static float block_sum(const float *si) {
+    v4f acc = {0, 0, 0, 0};
+    for (int c = 0; c < PKV_ATT_BK / 4; c++) {
+        v4f v;
+        memcpy(&v, si + 4 * c, sizeof v);
+        acc += v;
+    }
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 /* Runs the tile's queries over key rows [r0, r1) (aligned start): m, l and
  * the unnormalised o of each query row i = token * nh + head. */
 static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const tile_scratch *ts) {
@@ -220,6 +255,10 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
                 alpha[i] = 0.0f; /* e^0 = 1: nothing changes */
                 continue;
             }
+            if (a == 0 && b == PKV_ATT_BK && cap == 0.0f) {
+                m[i] = softmax_block_start(si, scale, m[i], &alpha[i]);
+                continue;
+            }
             float bm = -INFINITY;
             for (int jj = a; jj < b; jj++) {
                 float v = si[jj] * scale;
@@ -236,6 +275,10 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
         k->exp_f32(nq, alpha, alpha);
         for (int i = 0; i < nq; i++) {
             float *si = s + i * PKV_ATT_BK;
+            if (ja[i] == 0 && jb[i] == PKV_ATT_BK) {
+                l[i] = l[i] * alpha[i] + block_sum(si);
+                continue;
+            }
             float sum = 0.0f;
             for (int jj = 0; jj < PKV_ATT_BK; jj++) {
                 if (jj < ja[i] || jj >= jb[i]) si[jj] = 0.0f;
@@ -247,10 +290,8 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
     }
 }
 
-/* dst = src / d, four lanes at a time (GNU C vectors: SSE in the portable
- * build; the same IEEE divisions as the scalar loop). */
-typedef float v4f __attribute__((vector_size(16)));
-
+/* dst = src / d, four lanes at a time (the same IEEE divisions as a scalar
+ * loop). */
 static void divide_row(float *dst, const float *src, float d, int n) {
     const v4f vd = {d, d, d, d};
     int e = 0;
