@@ -154,9 +154,12 @@ static tile_scratch scratch_of(float *base, int dk, int dv) {
 }
 
 static void tile_setup(const tile_job *j, int64_t base_unit, tile *tl) {
-    const int per_kv = j->n_tiles * j->n_slices;
-    tl->kv_head = (int)(base_unit / per_kv);
-    const int rest = (int)(base_unit % per_kv), ti = rest / j->n_slices, si = rest % j->n_slices;
+    /* tile-major, the last tokens' tiles first: causally they see the most
+     * keys, and starting with the longest work items balances the threads */
+    const int per_tile = j->L->n_heads * j->n_slices;
+    const int ti = j->n_tiles - 1 - (int)(base_unit / per_tile), rest = (int)(base_unit % per_tile);
+    const int si = rest % j->n_slices;
+    tl->kv_head = rest / j->n_slices;
     tl->t0 = ti * j->tile_tok;
     tl->nt = j->n_tok - tl->t0 < j->tile_tok ? j->n_tok - tl->t0 : j->tile_tok;
     tl->h0 = tl->kv_head * j->group + si * j->slice;
