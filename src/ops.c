@@ -21,7 +21,7 @@
 enum {
     ROW_CHUNK = 64,            /* rows per work item on the vec_dot path */
     GEMM_MIN_TOK = 4,          /* the batched path from this many tokens on */
-    PANEL_BYTES = 384 << 10,   /* packed activations one tile reads (kept in L2) */
+    PANEL_BYTES = 768 << 10,   /* packed activations one tile reads (kept in L2) */
     MAX_PANEL_GROUPS = 16,
     BLOCK_TILES = 4,           /* row tiles of a work item */
 };
