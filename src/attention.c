@@ -339,6 +339,10 @@ static void tile_item(void *arg, int64_t unit, int ith) {
     const int r0 = tl.row0 + chunk * ch, r1 = r0 + ch < tl.row1 ? r0 + ch : tl.row1;
     if (r0 >= r1) return; /* the merge knows this chunk is empty */
     tile_attend(j, &tl, r0, r1, &ts);
+    if (tl.row1 - tl.row0 <= ch) { /* the only chunk: what the merge would compute */
+        tile_write(j, &tl, ts.l, ts.o);
+        return;
+    }
     for (int i = 0; i < tl.nq; i++) {
         float *pt = partial_of(j, base_unit, chunk, i);
         pt[0] = ts.m[i];
@@ -356,6 +360,7 @@ static void merge_item(void *arg, int64_t base_unit, int ith) {
     tile_setup(j, base_unit, &tl);
     const int ch = chunk_rows(&tl);
     const int n_chunks = tl.row1 > tl.row0 ? (tl.row1 - tl.row0 + ch - 1) / ch : 0;
+    if (n_chunks == 1) return; /* written by its only chunk */
     for (int i = 0; i < tl.nq; i++) {
         const int t = i / tl.nh, h = tl.h0 + i % tl.nh;
         float *dst = j->out + ((size_t)(tl.t0 + t) * j->p->n_head + h) * dv;
@@ -377,6 +382,17 @@ static void merge_item(void *arg, int64_t base_unit, int ith) {
         }
         divide_row(dst, dst, lsum, dv);
     }
+}
+
+/* Whether some tile of a chunked call spans several chunks (or none: its
+ * queries see no rows and get zeros from the merge). */
+static bool needs_merge(const tile_job *j, int64_t n_base) {
+    for (int64_t u = 0; u < n_base; u++) {
+        tile tl;
+        tile_setup(j, u, &tl);
+        if (tl.row1 - tl.row0 > chunk_rows(&tl) || tl.row1 <= tl.row0) return true;
+    }
+    return false;
 }
 
 /* ---------------------------------------------------------------- entry points */
@@ -420,7 +436,7 @@ void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, co
     j.partials = scratch + (size_t)pkv_pool_size(c->pool) * j.per_thread;
     const int64_t n_base = (int64_t)L->n_heads * j.n_tiles * j.n_slices;
     pkv_pool_for(c->pool, n_base * j.n_chunks, tile_item, &j);
-    if (j.n_chunks > 1) pkv_pool_for(c->pool, n_base, merge_item, &j);
+    if (j.n_chunks > 1 && needs_merge(&j, n_base)) pkv_pool_for(c->pool, n_base, merge_item, &j);
     if (p->acc_probs) {
         probs_job pj = {c->kern, cache, L, p, q, q_pos, n_tok, scratch, max_rows_of(L)};
         pkv_pool_run(c->pool, probs_task, &pj);

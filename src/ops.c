@@ -19,7 +19,8 @@
  */
 
 enum {
-    ROW_CHUNK = 64,            /* rows per work item on the vec_dot path */
+    ROW_CHUNK_MIN = 64,        /* rows per work item on the vec_dot path, at least */
+    ITEMS_PER_THREAD = 8,      /* ... and about this many items per thread */
     GEMM_MIN_TOK = 4,          /* the batched path from this many tokens on */
     PANEL_BYTES = 768 << 10,   /* packed activations one tile reads (kept in L2) */
     MAX_PANEL_GROUPS = 16,
@@ -70,6 +71,7 @@ typedef struct {
     const pkv_tensor *w[PKV_MATMUL_MAX];
     float *y[PKV_MATMUL_MAX];
     int64_t item0[PKV_MATMUL_MAX + 1];
+    int64_t row_chunk[PKV_MATMUL_MAX]; /* vec_dot path: rows per item */
     /* vec_dot path */
     pkv_type act_type;
     uint64_t act_row_bytes;
@@ -101,7 +103,7 @@ static void quantize_item(void *arg, int64_t t, int ith) {
     j->kern->quantize[j->act_type](j->x + t * j->K, (char *)j->act + t * j->act_row_bytes, j->K);
 }
 
-/* Rows [m0, m0 + ROW_CHUNK) of one weight, dotted with every activation row
+/* Rows [m0, m0 + row_chunk) of one weight, dotted with every activation row
  * while each weight row is hot in L1. */
 static void dot_item(void *arg, int64_t item, int ith) {
     matmul_job *j = arg;
@@ -110,7 +112,7 @@ static void dot_item(void *arg, int64_t item, int ith) {
     const pkv_tensor *w = j->w[wi];
     float *y = j->y[wi];
     const int64_t K = j->K, M = w->ne[1];
-    const int64_t m0 = chunk * ROW_CHUNK, m1 = m0 + ROW_CHUNK < M ? m0 + ROW_CHUNK : M;
+    const int64_t rc = j->row_chunk[wi], m0 = chunk * rc, m1 = m0 + rc < M ? m0 + rc : M;
     const char *wdata = w->data;
     pkv_vec_dot_fn dot = j->kern->vec_dot[w->type];
     if (dot) {
@@ -141,7 +143,17 @@ static void run_dot_path(const pkv_compute *c, matmul_job *j) {
         else pkv_pool_for(c->pool, j->n_tok, quantize_item, j);
     }
     j->item0[0] = 0;
-    for (int i = 0; i < j->n_w; i++) j->item0[i + 1] = j->item0[i] + (j->w[i]->ne[1] + ROW_CHUNK - 1) / ROW_CHUNK;
+    /* large items: each thread streams long contiguous runs of rows, which
+     * the hardware prefetchers follow (a row's result does not depend on
+     * the item it is computed in) */
+    const int64_t nth = pkv_pool_size(c->pool);
+    for (int i = 0; i < j->n_w; i++) {
+        const int64_t M = j->w[i]->ne[1];
+        int64_t rc = (M + nth * ITEMS_PER_THREAD - 1) / (nth * ITEMS_PER_THREAD);
+        rc = rc < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : (rc + 15) / 16 * 16;
+        j->row_chunk[i] = rc;
+        j->item0[i + 1] = j->item0[i] + (M + rc - 1) / rc;
+    }
     pkv_pool_for(c->pool, j->item0[j->n_w], dot_item, j);
 }
 
