@@ -96,17 +96,6 @@ static const pkv_kernels scalar_kernels = {
     .att_stage = pkv_att_stage_scalar,
     .att_scores = pkv_att_scores_scalar,
     .att_accum = pkv_att_accum_scalar,
-    .gemm =
-        {
-            [PKV_TYPE_F32] = pkv_gemm_f32_scalar,
-            [PKV_TYPE_F16] = pkv_gemm_f16_scalar,
-            [PKV_TYPE_Q4_0] = pkv_gemm_q4_0_scalar,
-            [PKV_TYPE_Q5_0] = pkv_gemm_q5_0_scalar,
-            [PKV_TYPE_Q8_0] = pkv_gemm_q8_0_scalar,
-            [PKV_TYPE_Q4_K] = pkv_gemm_q4_K_scalar,
-            [PKV_TYPE_Q5_K] = pkv_gemm_q5_K_scalar,
-            [PKV_TYPE_Q6_K] = pkv_gemm_q6_K_scalar,
-        },
 };
 
 #define AVX2_DEQUANT                                                                                \
@@ -158,7 +147,8 @@ static const pkv_kernels avx2_kernels = {
         },
 };
 
-/* Only the quantised dot products have AVX-512 versions (see quant_avx512.c). */
+/* AVX-512 versions of the quantised dot products, batched matmul and
+ * attention blocks; the rest is AVX2 (see quant_avx512.c). */
 static const pkv_kernels avx512_kernels = {
     .level = PKV_SIMD_AVX512,
     .dequant = {AVX2_DEQUANT},

@@ -51,12 +51,24 @@ enum {
     PACKF_BYTES = 64
 };
 
-/* Batched matmul kernels (gemm.c, gemm_avx2.c, gemm_avx512.c). */
+/* Batched matmul kernels (gemm_avx2.c, gemm_avx512.c) and their bit-exact
+ * scalar references (gemm.c). The scalar table has no batched kernels: its
+ * CPUs lack FMA, which the references need to match the SIMD bits, and the
+ * row-by-row vec_dot path is faster there. */
 #define PKV_GEMM_TYPES(X) X(f32) X(f16) X(q4_0) X(q5_0) X(q8_0) X(q4_K) X(q5_K) X(q6_K)
 #define PKV_DECLARE_GEMM(LEVEL, T) void pkv_gemm_##T##_##LEVEL(const pkv_gemm_args *a);
-#define X(T) PKV_DECLARE_GEMM(scalar, T) PKV_DECLARE_GEMM(avx2, T) PKV_DECLARE_GEMM(avx512, T)
+#define X(T) PKV_DECLARE_GEMM(ref, T) PKV_DECLARE_GEMM(avx2, T) PKV_DECLARE_GEMM(avx512, T)
 PKV_GEMM_TYPES(X)
 #undef X
+
+/* Bit-exact scalar references (fused multiply-adds in the SIMD kernels'
+ * order) of the float kernels whose scalar-table versions use plain
+ * multiply-adds; tests pin the SIMD kernels to these. */
+void pkv_exp_f32_ref(int64_t n, const float *x, float *y);
+void pkv_gelu_tanh_mul_ref(int64_t n, float *gate, const float *up);
+void pkv_silu_mul_ref(int64_t n, float *gate, const float *up);
+void pkv_att_scores_ref(int nq, int dk, const float *q, const float *kt, float *s);
+void pkv_att_accum_ref(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 
 /* scalar: every kernel */
 #define X(T) PKV_DECLARE_DEQUANT(scalar, T)

@@ -190,9 +190,9 @@ static void gemm_legacy(const pkv_gemm_args *a, uint32_t type, int offset) {
     }
 }
 
-void pkv_gemm_q4_0_scalar(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q4_0, 8); }
-void pkv_gemm_q5_0_scalar(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q5_0, 16); }
-void pkv_gemm_q8_0_scalar(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q8_0, 128); }
+void pkv_gemm_q4_0_ref(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q4_0, 8); }
+void pkv_gemm_q5_0_ref(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q5_0, 16); }
+void pkv_gemm_q8_0_ref(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q8_0, 128); }
 
 /* One K-quant super-block unpacked: unsigned quants in element order and
  * the scales (Q6_K: 16 signed scales, u = q + 32; Q4_K/Q5_K: 8 scales and 8
@@ -293,9 +293,9 @@ static void gemm_kquant(const pkv_gemm_args *a, uint32_t type) {
     }
 }
 
-void pkv_gemm_q4_K_scalar(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q4_K); }
-void pkv_gemm_q5_K_scalar(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q5_K); }
-void pkv_gemm_q6_K_scalar(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q6_K); }
+void pkv_gemm_q4_K_ref(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q4_K); }
+void pkv_gemm_q5_K_ref(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q5_K); }
+void pkv_gemm_q6_K_ref(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q6_K); }
 
 static void gemm_float(const pkv_gemm_args *a, bool f16) {
     for (int r = 0; r < a->n_rows; r++) {
@@ -322,5 +322,5 @@ static void gemm_float(const pkv_gemm_args *a, bool f16) {
     }
 }
 
-void pkv_gemm_f32_scalar(const pkv_gemm_args *a) { gemm_float(a, false); }
-void pkv_gemm_f16_scalar(const pkv_gemm_args *a) { gemm_float(a, true); }
+void pkv_gemm_f32_ref(const pkv_gemm_args *a) { gemm_float(a, false); }
+void pkv_gemm_f16_ref(const pkv_gemm_args *a) { gemm_float(a, true); }

@@ -572,42 +572,55 @@ void pkv_f16_to_f32_scalar(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
 }
 
-/* Cephes expf (also the SIMD kernels' algorithm, operation for operation):
+/* A multiply-add, fused (one rounding, as the SIMD kernels' FMA) or not. The
+ * fused form is the bit-exact reference the SIMD kernels are tested
+ * against; the scalar table uses the plain form, because CPUs that get the
+ * scalar table have no FMA unit and fmaf is a slow library call there. */
+static inline float mul_add(float a, float b, float c, bool fused) { return fused ? fmaf(a, b, c) : a * b + c; }
+
+/* Cephes expf (the SIMD kernels' algorithm, operation for operation):
  * e^x = 2^n e^r with n = round(x log2 e), r = x - n ln2 (ln2 in two parts),
  * e^r = 1 + r + r^2 P(r). Rounding n by adding 1.5 * 2^23 rounds half to
  * even, as the vector code does. */
-static float exp_ref(float x) {
+static inline float exp_poly(float x, bool fused) {
     x = fminf(fmaxf(x, -87.33654f), 88.72283f);
     const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = fmaf(n, -0.693359375f, x);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = fmaf(1.9875691500e-4f, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r) + 1.0f;
+    float r = mul_add(n, -0.693359375f, x, fused);
+    r = mul_add(n, 2.12194440e-4f, r, fused);
+    float p = mul_add(1.9875691500e-4f, r, 1.3981999507e-3f, fused);
+    p = mul_add(p, r, 8.3334519073e-3f, fused);
+    p = mul_add(p, r, 4.1665795894e-2f, fused);
+    p = mul_add(p, r, 1.6666665459e-1f, fused);
+    p = mul_add(p, r, 5.0000001201e-1f, fused);
+    p = mul_add(p, r * r, r, fused) + 1.0f;
     return p * pkv_bits_to_f32((uint32_t)((int32_t)n + 127) << 23);
 }
 
-void pkv_exp_f32_scalar(int64_t n, const float *x, float *y) {
-    for (int64_t i = 0; i < n; i++) y[i] = exp_ref(x[i]);
+static inline void exp_rows(int64_t n, const float *x, float *y, bool fused) {
+    for (int64_t i = 0; i < n; i++) y[i] = exp_poly(x[i], fused);
 }
 
-void pkv_gelu_tanh_mul_scalar(int64_t n, float *gate, const float *up) {
+static inline void gelu_rows(int64_t n, float *gate, const float *up, bool fused) {
     for (int64_t i = 0; i < n; i++) {
         const float x = gate[i];
         const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-        gate[i] = x * up[i] / (1.0f + exp_ref(-2.0f * u));
+        gate[i] = x * up[i] / (1.0f + exp_poly(-2.0f * u, fused));
     }
 }
 
-void pkv_silu_mul_scalar(int64_t n, float *gate, const float *up) {
+static inline void silu_rows(int64_t n, float *gate, const float *up, bool fused) {
     for (int64_t i = 0; i < n; i++) {
         const float x = gate[i];
-        gate[i] = x * up[i] / (1.0f + exp_ref(-x));
+        gate[i] = x * up[i] / (1.0f + exp_poly(-x, fused));
     }
 }
+
+void pkv_exp_f32_scalar(int64_t n, const float *x, float *y) { exp_rows(n, x, y, false); }
+void pkv_exp_f32_ref(int64_t n, const float *x, float *y) { exp_rows(n, x, y, true); }
+void pkv_gelu_tanh_mul_scalar(int64_t n, float *gate, const float *up) { gelu_rows(n, gate, up, false); }
+void pkv_gelu_tanh_mul_ref(int64_t n, float *gate, const float *up) { gelu_rows(n, gate, up, true); }
+void pkv_silu_mul_scalar(int64_t n, float *gate, const float *up) { silu_rows(n, gate, up, false); }
+void pkv_silu_mul_ref(int64_t n, float *gate, const float *up) { silu_rows(n, gate, up, true); }
 
 /* ------------------------------------------------------------------ attention blocks */
 
@@ -626,22 +639,31 @@ void pkv_att_stage_scalar(const void *k, const void *v, int n, int dk, int dv, i
     }
 }
 
-void pkv_att_scores_scalar(int nq, int dk, const float *q, const float *kt, float *s) {
+static inline void att_scores(int nq, int dk, const float *q, const float *kt, float *s, bool fused) {
     for (int i = 0; i < nq; i++)
         for (int j = 0; j < PKV_ATT_BK; j++) {
             float acc = 0.0f;
-            for (int d = 0; d < dk; d++) acc = fmaf(q[(size_t)i * dk + d], kt[d * PKV_ATT_BK + j], acc);
+            for (int d = 0; d < dk; d++) acc = mul_add(q[(size_t)i * dk + d], kt[d * PKV_ATT_BK + j], acc, fused);
             s[i * PKV_ATT_BK + j] = acc;
         }
 }
 
-void pkv_att_accum_scalar(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
+static inline void att_accum(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o, bool fused) {
     for (int i = 0; i < nq; i++)
         for (int e = 0; e < dv; e++) {
             float x = o[(size_t)i * dv + e] * alpha[i];
-            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
+            for (int j = 0; j < PKV_ATT_BK; j++) x = mul_add(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x, fused);
             o[(size_t)i * dv + e] = x;
         }
+}
+
+void pkv_att_scores_scalar(int nq, int dk, const float *q, const float *kt, float *s) { att_scores(nq, dk, q, kt, s, false); }
+void pkv_att_scores_ref(int nq, int dk, const float *q, const float *kt, float *s) { att_scores(nq, dk, q, kt, s, true); }
+void pkv_att_accum_scalar(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
+    att_accum(nq, dv, p, alpha, vt, o, false);
+}
+void pkv_att_accum_ref(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
+    att_accum(nq, dv, p, alpha, vt, o, true);
 }
 
 /* ------------------------------------------------------------------ reference weight quantisers */

@@ -163,8 +163,6 @@ typedef float (*pkv_vec_dot_fn)(int64_t n, const void *weight_row, const void *a
  *       int16 bsums[8][16][2]  Q8_K bsums 2i and 2i+1 of token t at [i][t]
  *   PKV_PACK_F32    (F32, F16 weights), 64 bytes per element: float x[16]
  */
-enum { PKV_ATT_BK = 16 }; /* keys per attention block */
-
 enum {
     PKV_GEMM_TOK = 16, /* tokens per packed group */
     PKV_GEMM_ROWS = 8, /* weight rows per kernel call */
@@ -202,6 +200,8 @@ typedef struct {
 
 typedef void (*pkv_gemm_fn)(const pkv_gemm_args *a);
 
+enum { PKV_ATT_BK = 16 }; /* keys per attention block (att_* kernels below) */
+
 typedef struct pkv_kernels {
     pkv_simd level;
     /* indexed by type id; NULL where the type has no such kernel */
@@ -217,7 +217,10 @@ typedef struct pkv_kernels {
     void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n); /* round to nearest even */
     void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
     /* y = e^x (Cephes' expf polynomial, about 2 ulp; x clamped to
-     * [-87.34, 88.72], so no overflow and no subnormal results); y may alias x */
+     * [-87.34, 88.72], so no overflow and no subnormal results); y may alias x.
+     * Here and below, the SIMD kernels use fused multiply-adds and compute
+     * the bits of the scalar references (pkv_*_ref, cpu.h); the scalar
+     * table's own versions use plain multiply-adds (no FMA unit there). */
     void (*exp_f32)(int64_t n, const float *x, float *y);
     /* gate = act(gate) * up: gelu_tanh(x) = 0.5x(1 + tanh(u)) = x / (1 + e^(-2u)),
      * u = sqrt(2/pi)(x + 0.044715x^3) (HF gelu_pytorch_tanh); silu(x) = x / (1 + e^-x) */
@@ -225,7 +228,7 @@ typedef struct pkv_kernels {
     void (*silu_mul)(int64_t n, float *gate, const float *up);
 
     /* Attention blocks of PKV_ATT_BK keys (attention.c), each output element
-     * accumulated in a fixed order (the scalar versions are bit-identical):
+     * accumulated in a fixed order:
      * att_stage: n <= PKV_ATT_BK cache rows of keys (dk) and values (dv),
      *   elem_bytes 2 (f16) or 4 (f32), into kt[dk][PKV_ATT_BK] (transposed)
      *   and vt[PKV_ATT_BK][dv] as f32, rows >= n zero;
@@ -235,7 +238,8 @@ typedef struct pkv_kernels {
     void (*att_scores)(int nq, int dk, const float *q, const float *kt, float *s);
     void (*att_accum)(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 
-    /* batched matmul kernels by weight type (NULL: none; see above) */
+    /* batched matmul kernels by weight type (NULL: none, as in the scalar
+     * table, whose references need FMA; see above) */
     pkv_gemm_fn gemm[PKV_TYPE_COUNT];
 } pkv_kernels;
 

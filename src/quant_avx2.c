@@ -580,7 +580,7 @@ static inline __m256 exp8(__m256 x) {
 void pkv_exp_f32_avx2(int64_t n, const float *x, float *y) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
-    if (i < n) pkv_exp_f32_scalar(n - i, x + i, y + i);
+    if (i < n) pkv_exp_f32_ref(n - i, x + i, y + i);
 }
 
 void pkv_gelu_tanh_mul_avx2(int64_t n, float *gate, const float *up) {
@@ -592,7 +592,7 @@ void pkv_gelu_tanh_mul_avx2(int64_t n, float *gate, const float *up) {
         const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u)));
         _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(x, _mm256_loadu_ps(up + i)), den));
     }
-    if (i < n) pkv_gelu_tanh_mul_scalar(n - i, gate + i, up + i);
+    if (i < n) pkv_gelu_tanh_mul_ref(n - i, gate + i, up + i);
 }
 
 void pkv_silu_mul_avx2(int64_t n, float *gate, const float *up) {
@@ -602,7 +602,7 @@ void pkv_silu_mul_avx2(int64_t n, float *gate, const float *up) {
         const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
         _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(x, _mm256_loadu_ps(up + i)), den));
     }
-    if (i < n) pkv_silu_mul_scalar(n - i, gate + i, up + i);
+    if (i < n) pkv_silu_mul_ref(n - i, gate + i, up + i);
 }
 
 /* ------------------------------------------------------------------ attention blocks */

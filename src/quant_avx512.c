@@ -4,8 +4,8 @@
  * table only on CPUs with all of them (every AVX-512 CPU since Cascade Lake,
  * and Zen 4, has VNNI); others get the AVX2 table.
  *
- * Only the quantised dot products are here, each measured faster than its
- * AVX2 version (single thread, rows in L2, Zen 4):
+ * Here are the quantised dot products, each measured faster than its AVX2
+ * version (single thread, rows in L2, Zen 4):
  *  - legacy blocks on 256-bit vectors: the Q5 fifth bits go straight into a
  *    mask register instead of the AVX2 shuffle/compare expansion, and
  *    vpdpbusd replaces maddubs + madd;
@@ -14,9 +14,12 @@
  *    sub-blocks, was slower than AVX2 on Zen 4, which splits 512-bit ops);
  *  - Q6_K on 512-bit vectors, where ternary logic and one scale shuffle per
  *    four sub-blocks cut the instruction count enough to pay.
- * The rest of the AVX-512 table (dequantisation, activation quantisation,
- * float helpers) is the AVX2 code: those loops are bound by loads and
- * stores, and 512-bit versions did not measure faster.
+ * and the attention block kernels (att_scores, att_accum: twice the keys or
+ * value dimensions per instruction, measured about 2x the AVX2 versions).
+ * The batched matmul kernels are in gemm_avx512.c. The rest of the AVX-512
+ * table (dequantisation, activation quantisation, float helpers) is the AVX2
+ * code: those loops are bound by loads and stores, and 512-bit versions did
+ * not measure faster.
  */
 #include <immintrin.h>
 #include <math.h>

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu.h"
 #include "f16.h"
 #include "ops.h"
 #include "quant.h"
@@ -87,11 +88,26 @@ static int64_t k_for(uint32_t type) {
     return type == PKV_TYPE_F32 || type == PKV_TYPE_F16 ? 300 : 1280;
 }
 
-/* The batched product through the kernels alone: pack with the level's
+/* The scalar reference of a batched kernel (gemm.c). */
+static pkv_gemm_fn ref_gemm(uint32_t type) {
+    switch (type) {
+    case PKV_TYPE_F32: return pkv_gemm_f32_ref;
+    case PKV_TYPE_F16: return pkv_gemm_f16_ref;
+    case PKV_TYPE_Q4_0: return pkv_gemm_q4_0_ref;
+    case PKV_TYPE_Q5_0: return pkv_gemm_q5_0_ref;
+    case PKV_TYPE_Q8_0: return pkv_gemm_q8_0_ref;
+    case PKV_TYPE_Q4_K: return pkv_gemm_q4_K_ref;
+    case PKV_TYPE_Q5_K: return pkv_gemm_q5_K_ref;
+    default: return pkv_gemm_q6_K_ref;
+    }
+}
+
+/* The batched product through the kernels alone: pack with the table's
  * quantiser, then tiles of 8 rows over K chunks of `chunk` elements and
- * `groups_per_call` groups per call; the last chunk writes y[t][m]. */
-static void gemm_product(const pkv_kernels *kern, uint32_t type, const uint8_t *w, int64_t M, int64_t K, const float *x,
-                         int n_tok, int64_t chunk, int groups_per_call, float *y) {
+ * `groups_per_call` groups per call with `gemm`; the last chunk writes
+ * y[t][m]. */
+static void gemm_product(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t type, const uint8_t *w, int64_t M,
+                         int64_t K, const float *x, int n_tok, int64_t chunk, int groups_per_call, float *y) {
     const pkv_pack_kind kind = pkv_pack_kind_of(type);
     const uint64_t gb = pkv_pack_group_bytes(kind, K);
     const int n_groups = (n_tok + PKV_GEMM_TOK - 1) / PKV_GEMM_TOK;
@@ -121,7 +137,7 @@ static void gemm_product(const pkv_kernels *kern, uint32_t type, const uint8_t *
                 a.k1 = k0 + chunk < K ? k0 + chunk : K;
                 a.init = k0 == 0;
                 a.y = a.k1 == K ? y + (int64_t)g0 * PKV_GEMM_TOK * M + m0 : NULL;
-                kern->gemm[type](&a);
+                gemm(&a);
             }
         }
     }
@@ -138,9 +154,10 @@ static bool same_floats(const float *a, const float *b, size_t n) {
 
 /* ------------------------------------------------------------------ batched kernels */
 
-/* Every level computes the same bits, whatever the K chunking and however
- * many token groups one call takes; rows past the last tile and tokens past
- * the last are left alone. */
+/* Every SIMD level computes the scalar reference's bits, whatever the K
+ * chunking and however many token groups one call takes; rows past the last
+ * tile and tokens past the last are left alone. The scalar table has no
+ * batched kernels (its matmuls take the vec_dot path). */
 TEST(ops_gemm_levels_and_tilings_bit_identical) {
     pkv_simd lv[3];
     const int nl = n_levels(lv);
@@ -157,16 +174,18 @@ TEST(ops_gemm_levels_and_tilings_bit_identical) {
         random_rows(type, K, M, w, &rng, 0.1f);
         random_acts(x, (int64_t)n_tok * K, &rng);
         for (int64_t i = 0; i < (n_tok + 1) * M; i++) want[i] = -7.0f;
-        gemm_product(pkv_kernels_get(PKV_SIMD_SCALAR), type, w, M, K, x, n_tok, pkv_pack_max_chunk(pkv_pack_kind_of(type)),
-                     2, want);
+        const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+        CHECK(sk->gemm[type] == NULL);
+        gemm_product(sk, ref_gemm(type), type, w, M, K, x, n_tok, pkv_pack_max_chunk(pkv_pack_kind_of(type)), 2, want);
         for (int64_t m = 0; m < M; m++) CHECK_MSG(want[(int64_t)n_tok * M + m] == -7.0f, "wrote past the last token");
-        for (int li = 0; li < nl; li++) {
+        for (int li = 1; li < nl; li++) {
             const pkv_kernels *k = pkv_kernels_get(lv[li]);
+            REQUIRE(k->gemm[type]);
             const int64_t chunks[2] = {pkv_pack_max_chunk(pkv_pack_kind_of(type)), block * 3};
             for (int c = 0; c < 2; c++) {
                 for (int gpc = 1; gpc <= 2; gpc++) {
                     for (int64_t i = 0; i < (n_tok + 1) * M; i++) got[i] = -7.0f;
-                    gemm_product(k, type, w, M, K, x, n_tok, chunks[c], gpc, got);
+                    gemm_product(k, k->gemm[type], type, w, M, K, x, n_tok, chunks[c], gpc, got);
                     CHECK_MSG(same_floats(want, got, (size_t)(n_tok + 1) * M), "%s %s chunk %lld groups/call %d differs",
                               pkv_type_get(type)->name, pkv_simd_name(lv[li]), (long long)chunks[c], gpc);
                 }
@@ -194,7 +213,7 @@ TEST(ops_gemm_matches_vec_dot) {
         for (int rep = 0; rep < 2; rep++) {
             random_rows(type, K, M, w, &rng, rep ? 3.0f : 0.02f);
             random_acts(x, (int64_t)n_tok * K, &rng);
-            gemm_product(sk, type, w, M, K, x, n_tok, pkv_pack_max_chunk(pkv_pack_kind_of(type)), 4, y);
+            gemm_product(sk, ref_gemm(type), type, w, M, K, x, n_tok, pkv_pack_max_chunk(pkv_pack_kind_of(type)), 4, y);
             for (int t = 0; t < n_tok; t++) {
                 sk->quantize[info->act_type](x + (int64_t)t * K, a, K);
                 if (info->act_type == PKV_TYPE_F32) memcpy(ad, a, (size_t)K * sizeof(float));
@@ -326,15 +345,19 @@ TEST(ops_exp_gelu_silu_accuracy_and_levels) {
     x[0] = 0.0f, x[1] = -1e-8f, x[2] = 1e-8f, x[3] = 1.0f;
     pkv_simd lv[3];
     const int nl = n_levels(lv);
-    pkv_kernels_get(PKV_SIMD_SCALAR)->exp_f32(N, x, want);
+    /* the reference (fused multiply-adds), the scalar table's plain version,
+     * and the SIMD levels, which must reproduce the reference's bits */
+    pkv_exp_f32_ref(N, x, want);
+    pkv_kernels_get(PKV_SIMD_SCALAR)->exp_f32(N, x, got);
     for (int i = 0; i < N; i++) {
         const double e = exp((double)x[i]);
         CHECK_MSG(fabs(want[i] - e) <= 3e-7 * e, "exp(%.9g) = %.9g, want %.9g", x[i], want[i], e);
+        CHECK_MSG(fabs(got[i] - e) <= 3e-7 * e, "scalar exp(%.9g) = %.9g, want %.9g", x[i], got[i], e);
     }
     CHECK(want[0] == 1.0f);
     for (int li = 1; li < nl; li++) {
         pkv_kernels_get(lv[li])->exp_f32(N, x, got);
-        CHECK_MSG(same_floats(want, got, N), "exp %s differs from scalar", pkv_simd_name(lv[li]));
+        CHECK_MSG(same_floats(want, got, N), "exp %s differs from the reference", pkv_simd_name(lv[li]));
     }
     for (int gelu = 0; gelu < 2; gelu++) {
         float ref[N];
@@ -342,24 +365,31 @@ TEST(ops_exp_gelu_silu_accuracy_and_levels) {
             x[i] = rng_sym(&rng) * (i % 7 == 0 ? 60.0f : 6.0f);
             up[i] = rng_sym(&rng);
         }
+        float plain[N];
+        memcpy(ref, x, sizeof ref);
+        if (gelu) pkv_gelu_tanh_mul_ref(N, ref, up);
+        else pkv_silu_mul_ref(N, ref, up);
         for (int li = 0; li < nl; li++) {
             const pkv_kernels *k = pkv_kernels_get(lv[li]);
             memcpy(gate, x, sizeof gate);
             if (gelu) k->gelu_tanh_mul(N, gate, up);
             else k->silu_mul(N, gate, up);
-            if (li == 0) memcpy(ref, gate, sizeof ref);
-            else CHECK_MSG(same_floats(ref, gate, N), "%s %s differs from scalar", gelu ? "gelu" : "silu", pkv_simd_name(lv[li]));
+            if (li == 0) memcpy(plain, gate, sizeof plain);
+            else CHECK_MSG(same_floats(ref, gate, N), "%s %s differs from the reference", gelu ? "gelu" : "silu", pkv_simd_name(lv[li]));
         }
-        for (int i = 0; i < N; i++) {
-            /* 0.5v(1 + tanh(u)) = v / (1 + e^-2u), the second form without
-             * the cancellation of 1 + tanh(u) for large negative u */
-            const double v = x[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-            const double z = gelu ? -2.0 * u : -v;
-            const double want_v = v / (1.0 + exp(z)) * up[i];
-            /* a float argument z carries a relative error of ~1e-7, e^z then ~1e-7 |z| */
-            const double tol = 3e-7 * (1.0 + fabs(z)) * fabs(want_v) + 1e-35;
-            CHECK_MSG(fabs(ref[i] - want_v) <= tol, "%s(%.9g) * %.9g = %.9g, want %.9g", gelu ? "gelu" : "silu", x[i],
-                      up[i], ref[i], want_v);
+        for (int round = 0; round < 2; round++) {
+            for (int i = 0; i < N; i++) {
+                /* 0.5v(1 + tanh(u)) = v / (1 + e^-2u), the second form without
+                 * the cancellation of 1 + tanh(u) for large negative u */
+                const double v = x[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+                const double z = gelu ? -2.0 * u : -v;
+                const double want_v = v / (1.0 + exp(z)) * up[i];
+                /* a float argument z carries a relative error of ~1e-7, e^z then ~1e-7 |z| */
+                const double tol = 3e-7 * (1.0 + fabs(z)) * fabs(want_v) + 1e-35;
+                const float v_got = round ? plain[i] : ref[i];
+                CHECK_MSG(fabs(v_got - want_v) <= tol, "%s %s(%.9g) * %.9g = %.9g, want %.9g", round ? "scalar" : "reference",
+                          gelu ? "gelu" : "silu", x[i], up[i], v_got, want_v);
+            }
         }
     }
 }
