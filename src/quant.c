@@ -639,22 +639,29 @@ void pkv_att_stage_scalar(const void *k, const void *v, int n, int dk, int dv, i
     }
 }
 
+/* Loops ordered so the innermost runs over independent accumulators; each
+ * one still takes its terms in the documented order. */
 static inline void att_scores(int nq, int dk, const float *q, const float *kt, float *s, bool fused) {
-    for (int i = 0; i < nq; i++)
-        for (int j = 0; j < PKV_ATT_BK; j++) {
-            float acc = 0.0f;
-            for (int d = 0; d < dk; d++) acc = mul_add(q[(size_t)i * dk + d], kt[d * PKV_ATT_BK + j], acc, fused);
-            s[i * PKV_ATT_BK + j] = acc;
+    for (int i = 0; i < nq; i++) {
+        float acc[PKV_ATT_BK] = {0};
+        for (int d = 0; d < dk; d++) {
+            const float qd = q[(size_t)i * dk + d];
+            for (int j = 0; j < PKV_ATT_BK; j++) acc[j] = mul_add(qd, kt[d * PKV_ATT_BK + j], acc[j], fused);
         }
+        memcpy(s + i * PKV_ATT_BK, acc, sizeof acc);
+    }
 }
 
 static inline void att_accum(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o, bool fused) {
-    for (int i = 0; i < nq; i++)
-        for (int e = 0; e < dv; e++) {
-            float x = o[(size_t)i * dv + e] * alpha[i];
-            for (int j = 0; j < PKV_ATT_BK; j++) x = mul_add(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x, fused);
-            o[(size_t)i * dv + e] = x;
+    for (int i = 0; i < nq; i++) {
+        float *oi = o + (size_t)i * dv;
+        for (int e = 0; e < dv; e++) oi[e] *= alpha[i];
+        for (int j = 0; j < PKV_ATT_BK; j++) {
+            const float pj = p[i * PKV_ATT_BK + j];
+            const float *vj = vt + (size_t)j * dv;
+            for (int e = 0; e < dv; e++) oi[e] = mul_add(pj, vj[e], oi[e], fused);
         }
+    }
 }
 
 void pkv_att_scores_scalar(int nq, int dk, const float *q, const float *kt, float *s) { att_scores(nq, dk, q, kt, s, false); }
