@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 /* How long an idle thread polls for the next job before it sleeps. */
-#define PKV_POOL_SPIN_US 100
+#define PKV_POOL_SPIN_US 50
 
 typedef struct pkv_pool pkv_pool;
 typedef void (*pkv_item_fn)(void *arg, int64_t item, int thread);
