@@ -76,7 +76,7 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
 }
 
 static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
-    size_t need = pkv_attention_scratch_floats(&s->cache, layer, pkv_pool_size(s->pool));
+    size_t need = pkv_attention_scratch_floats(&s->cache, layer, s->model->hp.n_head, pkv_pool_size(s->pool));
     if (s->work.attn_scratch_cap >= need) return 0;
     need += need / 2; /* room for the rows decode will add */
     if (grow((void **)&s->work.attn_scratch, need * sizeof(float), err)) return -1;
@@ -303,9 +303,9 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
     bool swa = !pkv_layer_is_full(m, il);
 
     pkv_rmsnorm(w->x, x, L->attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    matmul(s, &L->wq, w->x, n_tok, w->q);
-    matmul(s, &L->wk, w->x, n_tok, w->k);
-    matmul(s, &L->wv, w->x, n_tok, w->v);
+    const pkv_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {w->q, w->k, w->v};
+    pkv_matmul_n(&s->comp, 3, qkv, w->x, n_tok, qkv_out, s->work.act);
     if (pkv_tensor_present(&L->bq)) {
         pkv_add_bias(w->q, L->bq.data, (int)L->bq.ne[0], n_tok);
         pkv_add_bias(w->k, L->bk.data, (int)L->bk.ne[0], n_tok);
@@ -343,10 +343,11 @@ static void ffn_block(pkv_session *s, int il, float *x, int n_tok) {
     pkv_work *w = &s->work;
 
     pkv_rmsnorm(w->x, x, L->ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    matmul(s, &L->w_gate, w->x, n_tok, w->gate);
-    matmul(s, &L->w_up, w->x, n_tok, w->up);
-    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    else pkv_silu_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    const pkv_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
+    float *gate_up_out[2] = {w->gate, w->up};
+    pkv_matmul_n(&s->comp, 2, gate_up, w->x, n_tok, gate_up_out, s->work.act);
+    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    else pkv_silu_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
     matmul(s, &L->w_down, w->gate, n_tok, w->proj);
     if (pkv_tensor_present(&L->post_ffn_norm))
         pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
