@@ -1,19 +1,10 @@
-/* The press framework: budgets, forced rows, the shared top-k. */
+/* The press framework: budgets (press/budget.c), forced rows, the shared top-k. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
 #include "press.h"
-
-int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
-    (void)layer;
-    (void)n_layers;
-    if (cfg->budget > 0) return cfg->budget;
-    /* kvpress: n_kept = max(1, int(L * (1 - ratio))) */
-    long kept = (long)floor((double)n_rows * (1.0 - cfg->ratio));
-    return kept < 1 ? 1 : (int)kept;
-}
 
 uint64_t pkv_press_rng_next(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -99,8 +90,23 @@ static bool in_protected(const pkv_press_cfg *cfg, int32_t pos) {
     return false;
 }
 
-int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+/* The layer schedule runs over the pressed layers when the caller says which
+ * they are (full-attention layers only, D.6). */
+static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int n_rows) {
+    if (in->n_press_layers > 0) return pkv_press_layer_budget(cfg, in->press_layer, in->n_press_layers, n_rows);
+    return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
+}
+
+static bool watched(const pkv_press_watch *w, int layer) {
+    return w->fn && (w->layer < 0 || w->layer == layer);
+}
+
+int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pkv_press_selection *sel,
+                  pkv_error *err) {
     const pkv_press_ops *ops = cfg->ops;
+    pkv_press_input in_copy = *in_caller;
+    if (ops->reports_clusters && watched(&cfg->watch, in_copy.layer)) in_copy.watch = &cfg->watch;
+    const pkv_press_input *in = &in_copy;
     memset(sel, 0, sizeof *sel);
     sel->per_query_head = ops->per_query_head && ops->per_query_head(cfg->params);
     sel->n_sel = sel->per_query_head ? in->n_head : in->n_head_kv;
@@ -116,7 +122,7 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
     bool any_compress = false;
     for (int s = 0; s < ns; s++) {
         int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
-        sel->budget[s] = pkv_press_layer_budget(cfg, in->layer, in->n_layers, n);
+        sel->budget[s] = layer_budget(cfg, in, n);
         if (sel->budget[s] < n) any_compress = true;
     }
     /* S0 gate (A.4): a head whose rows fit the budget keeps them all */
@@ -133,10 +139,12 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
     }
 
     int forced_window = ops->forced_window ? ops->forced_window(cfg->params, cfg->window) : 0;
+    /* a schedule may leave a layer nothing but its window (PyramidKV's min can be 0) */
+    bool scheduled = cfg->layer_budget != PKV_LAYER_BUDGET_UNIFORM || cfg->head_budget != PKV_HEAD_BUDGET_UNIFORM;
     for (int s = 0; s < ns; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
-        if (sel->budget[s] < n && sel->budget[s] <= forced_window)
+        if (sel->budget[s] < n && (scheduled ? sel->budget[s] < forced_window : sel->budget[s] <= forced_window))
             return pkv_fail(err, PKV_ERR_ARG,
                             "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
                             "lower the ratio",
@@ -151,6 +159,8 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
         if (sel->budget[s] >= n) memset(sel->forced[s], 1, (size_t)n);
     }
     if (ops->score(cfg->params, in, sel, err)) return -1;
+    if (cfg->head_budget == PKV_HEAD_BUDGET_ADAPTIVE && pkv_press_adaptive_budgets(cfg->adaptive_floor, in, sel, err))
+        return -1;
     if (ops->select) return ops->select(cfg->params, in, sel, err);
     return pkv_press_topk(in, sel, err);
 }
