@@ -202,6 +202,8 @@ ADAKV_CASES = [  # (heads, L, C, w, alpha, seed)
     (4, 96, 48, 8, 0.2, 1), (8, 200, 64, 16, 0.2, 2), (2, 96, 24, 4, 0.5, 3), (8, 300, 100, 32, 0.5, 4),
     (4, 64, 60, 8, 0.2, 5), (6, 128, 40, 8, 0.0, 6), (6, 128, 40, 8, 1.0, 7), (3, 50, 64, 8, 0.2, 8),
     (16, 256, 48, 8, 0.3, 9), (1, 100, 40, 8, 0.2, 10),
+    # alpha 0.5 with odd shares: n_h * 0.5 + floor(B / 2) ends in .5, where torch.round goes to even
+    (8, 120, 41, 8, 0.5, 11), (12, 150, 33, 6, 0.5, 12),
 ]
 
 
@@ -221,6 +223,12 @@ def adakv_figures(kvf) -> list[str]:
         scores = cl.calcul_attn_sore(k, q)[0]                                 # [H, P] what update_kv ranks
         cl.update_kv(k, q, v)
         rows = [int(x) for x in cl.head_lens.tolist()]
+        B = C - w
+        if alpha == 0.5 and B <= scores.shape[-1]:
+            # heads whose share n_h is odd: n_h / 2 + floor(B / 2) ends in .5 (torch.round: half to even)
+            top = np.argsort(-scores.reshape(-1).numpy(), kind="stable")[:H * B] // scores.shape[-1]
+            odd = sum(1 for h in range(H) if int((top == h).sum()) % 2 == 1)
+            print(f"  adakv H={H} B={B} alpha=0.5: {odd} heads round a .5")
         # a tie across heads at the global boundary would make the counts depend on topk's order
         B = C - w
         if B <= scores.shape[-1]:
