@@ -158,7 +158,7 @@ typedef struct {
  * registry (press/registry.c) defines the names and their options. */
 typedef struct pkv_press_cfg pkv_press_cfg;
 
-/* A press by name ("none", "snapkv", "streamingllm", "h2o", "tova", "knorm",
+/* A press by name ("none", "snapkv", "protokv", "streamingllm", "h2o", "tova", "knorm",
  * "random", ...); NULL and an error for an unknown name. */
 pkv_press_cfg *pkv_press_cfg_new(const char *press, pkv_error *err);
 void pkv_press_cfg_free(pkv_press_cfg *cfg);

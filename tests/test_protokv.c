@@ -274,6 +274,30 @@ TEST(protokv_budget_exact_and_window_kept) {
     pkv_arena_free(&e.arena);
 }
 
+/* Prefixes shorter than m (every row a SAT candidate, no chunk left) and of one row. */
+TEST(protokv_short_prefix) {
+    static layer_env e;
+    const int rows[] = {33, 37, 40};
+    for (int k = 0; k < 3; k++) {
+        env_init(&e, 2, 16, rows[k], 32);
+        smooth_keys(&e, 0, rows[k], 16, 21);
+        smooth_keys(&e, 1, rows[k], 16, 22);
+        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "33", "window", "32", NULL});
+        REQUIRE(cfg);
+        seen_clusters seen = {0};
+        pkv_error err;
+        REQUIRE(pkv_press_cfg_watch_clusters(cfg, -1, -1, on_view, &seen, &err) == 0);
+        pkv_press_selection sel;
+        if (run_press(cfg, &e, &sel))
+            for (int g = 0; g < 2; g++) {
+                CHECK_EQ_INT(sel.n_keep[g], 33 < rows[k] ? 33 : rows[k]);
+                if (rows[k] > 33) CHECK_EQ_INT(seen.n_sat[g], rows[k] - 32); /* m = 32 > P: all of them */
+            }
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_arena_free(&e.arena);
+}
+
 /* Protected rows are kept and count against the budget. */
 TEST(protokv_protected_rows) {
     static layer_env e;
