@@ -294,8 +294,8 @@ TEST(protokv_short_prefix) {
                 if (rows[k] > 33) CHECK_EQ_INT(seen.n_sat[g], rows[k] - 32); /* m = 32 > P: all of them */
             }
         pkv_press_cfg_free(cfg);
+        pkv_arena_free(&e.arena); /* env_init forgets the arena */
     }
-    pkv_arena_free(&e.arena);
 }
 
 /* Protected rows are kept and count against the budget. */

@@ -13,30 +13,59 @@ uint64_t pkv_press_rng_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+/* out[j] += softmax(logits)[j] over the visible rows, fp32 exp, double sum (A.4 S3-S4) */
+static void softmax_accumulate(float *logits, int visible, float *out) {
+    float mx = -INFINITY;
+    for (int j = 0; j < visible; j++)
+        if (logits[j] > mx) mx = logits[j];
+    double sum = 0.0;
+    for (int j = 0; j < visible; j++) {
+        logits[j] = expf(logits[j] - mx);
+        sum += logits[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < visible; j++) out[j] += logits[j] * inv;
+}
+
+/* rows visible to the window query r (rows are in ascending position: a prefix) */
+static int visible_rows(const int32_t *pos, int n, int32_t query_pos) {
+    int visible = n;
+    while (visible > 0 && pos[visible - 1] > query_pos) visible--;
+    return visible;
+}
+
+enum { QUERY_BLOCK = 8, KEY_TILE = 64 };
+
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out) {
     int g = h / (in->n_head / in->n_head_kv);
-    int n = in->n_rows[g];
+    int n = in->n_rows[g], dim = in->head_dim_k;
     const float *keys = in->keys[g];
     const int32_t *pos = in->pos[g];
     const pkv_kernels *k = in->comp->kern;
-    for (int r = first_query; r < in->window; r++) {
-        const float *q = in->q_window + ((size_t)h * in->window + r) * in->head_dim_k;
-        int32_t qp = in->q_pos[r];
-        /* rows are in ascending position: the visible ones are a prefix */
-        int visible = n;
-        while (visible > 0 && pos[visible - 1] > qp) visible--;
-        float mx = -INFINITY;
-        for (int j = 0; j < visible; j++) {
-            scratch[j] = k->dot_f32(in->head_dim_k, q, keys + (size_t)j * in->head_dim_k) * in->attn_scale;
-            if (scratch[j] > mx) mx = scratch[j];
+    /* A block of queries walks the keys tile by tile, so long prompts read
+     * their keys from memory once per block instead of once per query. The
+     * logits are the same dot products either way: the result is identical. */
+    float *z = in->window - first_query > 1 ? pkv_arena_alloc(in->arena, (size_t)QUERY_BLOCK * n * sizeof(float) + 4)
+                                            : NULL;
+    int block = z ? QUERY_BLOCK : 1;
+    if (!z) z = scratch;
+    for (int r0 = first_query; r0 < in->window; r0 += block) {
+        int r1 = r0 + block < in->window ? r0 + block : in->window;
+        int visible[QUERY_BLOCK], most = 0;
+        for (int r = r0; r < r1; r++) {
+            visible[r - r0] = visible_rows(pos, n, in->q_pos[r]);
+            if (visible[r - r0] > most) most = visible[r - r0];
         }
-        double sum = 0.0;
-        for (int j = 0; j < visible; j++) {
-            scratch[j] = expf(scratch[j] - mx);
-            sum += scratch[j];
+        for (int j0 = 0; j0 < most; j0 += KEY_TILE) {
+            int j1 = j0 + KEY_TILE < most ? j0 + KEY_TILE : most;
+            for (int r = r0; r < r1; r++) {
+                const float *q = in->q_window + ((size_t)h * in->window + r) * dim;
+                float *zr = z + (size_t)(r - r0) * n;
+                int end = j1 < visible[r - r0] ? j1 : visible[r - r0];
+                for (int j = j0; j < end; j++) zr[j] = k->dot_f32(dim, q, keys + (size_t)j * dim) * in->attn_scale;
+            }
         }
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < visible; j++) out[j] += scratch[j] * inv;
+        for (int r = r0; r < r1; r++) softmax_accumulate(z + (size_t)(r - r0) * n, visible[r - r0], out);
     }
 }
 
