@@ -166,7 +166,10 @@ static void print_gamma(const char *what, double intra, double inter) {
 static void print_cluster_summary(const pkv_cluster_view *v) {
     int n_sat = 0, whole = 0, part = 0;
     for (int i = 0; i < v->n_prefix; i++) n_sat += v->sat_bucket[i] >= 0;
-    for (int c = 0; c < v->n_clusters; c++) whole += v->cluster_kept[c] == 2, part += v->cluster_kept[c] == 1;
+    for (int c = 0; c < v->n_clusters; c++) {
+        whole += v->cluster_kept[c] == 2;
+        part += v->cluster_kept[c] == 1;
+    }
     printf("layer %d head %d: %d prefix rows, %d SATs in %d buckets, %d clusters, kept %d whole + %d partly; ", v->layer,
            v->head, v->n_prefix, n_sat, v->n_sat_clusters, v->n_clusters, whole, part);
     print_gamma("SATs", v->sat_intra, v->sat_inter);
@@ -197,7 +200,10 @@ static void print_cluster_table(const pkv_cluster_view *v) {
                v->cluster_score[c], kept_word(v->cluster_kept[c]));
         int shown = 0;
         for (int i = 0; i < v->n_prefix && shown < 12; i++)
-            if (v->cluster[i] == c) printf(" %d", v->pos[i]), shown++;
+            if (v->cluster[i] == c) {
+                printf(" %d", v->pos[i]);
+                shown++;
+            }
         if (v->cluster_size[c] > shown) printf(" ...");
         putchar('\n');
     }

@@ -119,7 +119,10 @@ TEST(budget_adakv_matches_original) {
             scores[h] = calloc((size_t)c.L, sizeof(float));
             forced[h] = calloc((size_t)c.L, 1);
             memcpy(scores[h], c.scores + (size_t)h * P, (size_t)P * sizeof(float));
-            for (int j = P; j < c.L; j++) forced[h][j] = true, scores[h][j] = INFINITY;
+            for (int j = P; j < c.L; j++) {
+                forced[h][j] = true;
+                scores[h][j] = INFINITY;
+            }
         }
         in.n_rows = n_rows;
         pkv_press_selection sel = {.n_sel = c.H, .budget = budget, .scores = scores, .forced = forced, .n_keep = n_keep};

@@ -238,7 +238,10 @@ TEST(protokv_blocked_assignment_is_brute_force) {
             for (int c = 0; c < M; c++) {
                 double dot = 0;
                 for (int j = 0; j < D; j++) dot += (double)rows[i * D + j] * protos[c * D + j];
-                if (dot > best_dot + 1e-12) best_dot = dot, best = c;
+                if (dot > best_dot + 1e-12) {
+                    best_dot = dot;
+                    best = c;
+                }
             }
             mismatches += got[i] != best;
         }

@@ -14,7 +14,10 @@
  * prompt text is repeated up to each length, prefilled once without a press,
  * and every press compresses a copy of that cache (pkv_session_copy), so the
  * time includes reading the layer's keys and compacting the cache, the same
- * for both presses. Presses run on one thread; numbers are medians of --reps.
+ * for both presses. Presses run on one thread; times are that thread's CPU
+ * time (the machine may be shared: wall time is printed too), medians of
+ * --reps; with a model, the CPU time of copying the cache without a press is
+ * subtracted.
  *
  * --gamma prefills each text once (no repetition, at most --max-tokens) and
  * compresses copies with ProtoKV's SAT candidates chosen as the top m = 32
@@ -48,6 +51,17 @@ static double now_seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+/* CPU time of the calling thread: what a single-threaded press costs, whatever else the machine runs */
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    double cpu, wall;
+} timing;
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -204,39 +218,37 @@ static void free_layer(synthetic_layer *sl) {
 }
 
 /* Median seconds of pkv_press_run for cfg on the layer. */
-static double time_press(const pkv_press_cfg *cfg, const pkv_press_input *in_template, int reps) {
-    double t[64];
+static timing time_press(const pkv_press_cfg *cfg, const pkv_press_input *in_template, int reps) {
+    double cpu[64], wall[64];
     pkv_arena arena = {0};
     pkv_press_input in = *in_template;
     in.arena = &arena;
-    for (int r = 0; r < reps && r < 64; r++) {
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++) {
         pkv_arena_reset(&arena);
         pkv_press_selection sel;
         pkv_error err;
-        double t0 = now_seconds();
-        if (pkv_press_run(cfg, &in, &sel, &err)) {
-            fprintf(stderr, "bench-press: %s\n", err.msg);
-            t[r] = NAN;
-        } else {
-            t[r] = now_seconds() - t0;
-        }
+        double c0 = cpu_seconds(), t0 = now_seconds();
+        if (pkv_press_run(cfg, &in, &sel, &err)) fprintf(stderr, "bench-press: %s\n", err.msg);
+        cpu[r] = cpu_seconds() - c0;
+        wall[r] = now_seconds() - t0;
     }
     pkv_arena_free(&arena);
-    return median(t, reps < 64 ? reps : 64);
+    return (timing){median(cpu, reps), median(wall, reps)};
 }
 
 static void print_header(void) {
     printf("| keys | L | snapkv ms | protokv ms | ratio | similarity | LSH | prototypes | assignment | scoring | "
-           "retention |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "retention | wall snapkv / protokv ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
-static void print_row(const char *what, int L, double snap, double proto, const pkv_protokv_times *t, int reps) {
+static void print_row(const char *what, int L, timing snap, timing proto, const pkv_protokv_times *t) {
     double tot = t->similarity + t->lsh + t->prototypes + t->assignment + t->scoring + t->retention;
     if (tot <= 0) tot = 1;
-    printf("| %s | %d | %.1f | %.1f | %.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n", what, L,
-           snap * 1e3, proto * 1e3, proto / snap, 100 * t->similarity / tot, 100 * t->lsh / tot,
-           100 * t->prototypes / tot, 100 * t->assignment / tot, 100 * t->scoring / tot, 100 * t->retention / tot);
-    (void)reps;
+    printf("| %s | %d | %.1f | %.1f | %.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f / %.1f |\n", what,
+           L, snap.cpu * 1e3, proto.cpu * 1e3, proto.cpu / snap.cpu, 100 * t->similarity / tot, 100 * t->lsh / tot,
+           100 * t->prototypes / tot, 100 * t->assignment / tot, 100 * t->scoring / tot, 100 * t->retention / tot,
+           snap.wall * 1e3, proto.wall * 1e3);
     fflush(stdout);
 }
 
@@ -257,12 +269,12 @@ static int bench_synthetic(const bench_args *a) {
             .q_window = sl.q, .q_pos = sl.q_pos, .n_rows = sl.n_rows, .keys = sl.key_ptr, .pos = sl.pos_ptr,
             .comp = &comp,
         };
-        double t_snap = time_press(snap, &in, a->reps);
+        timing t_snap = time_press(snap, &in, a->reps);
         pkv_protokv_times times = {0};
         pkv_protokv_profile(proto, &times);
-        double t_proto = time_press(proto, &in, a->reps);
+        timing t_proto = time_press(proto, &in, a->reps);
         pkv_protokv_profile(proto, NULL);
-        print_row("synthetic", L, t_snap, t_proto, &times, a->reps);
+        print_row("synthetic", L, t_snap, t_proto, &times);
         free_layer(&sl);
     }
     pkv_press_cfg_free(snap);
@@ -305,18 +317,23 @@ static int32_t *text_tokens(pkv_model *m, const char *path, int n, bool repeat, 
     return toks;
 }
 
-static double time_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *cfg, int reps) {
-    double t[64];
-    for (int r = 0; r < reps && r < 64; r++) {
-        pkv_prefill_stats st;
+/* Median CPU seconds of copying src into dst with cfg (NULL: no press) and
+ * median wall seconds of the press (as the session reports it). */
+static timing time_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *cfg, int reps) {
+    double cpu[64], wall[64];
+    if (reps > 64) reps = 64;
+    for (int r = 0; r < reps; r++) {
+        pkv_prefill_stats st = {0};
         pkv_error err;
+        double c0 = cpu_seconds();
         if (pkv_session_copy(dst, src, cfg, &st, &err)) {
             fprintf(stderr, "bench-press: %s\n", err.msg);
-            return NAN;
+            return (timing){NAN, NAN};
         }
-        t[r] = st.press_seconds;
+        cpu[r] = cpu_seconds() - c0;
+        wall[r] = st.press_seconds;
     }
-    return median(t, reps < 64 ? reps : 64);
+    return (timing){median(cpu, reps), median(wall, reps)};
 }
 
 static int bench_model(const bench_args *a) {
@@ -350,12 +367,14 @@ static int bench_model(const bench_args *a) {
             return 1;
         }
         fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s\n", L, now_seconds() - t0);
-        double t_snap = time_copy(dst, src, snap, a->reps);
+        timing copy = time_copy(dst, src, NULL, a->reps), t_snap = time_copy(dst, src, snap, a->reps);
         pkv_protokv_times times = {0};
         pkv_protokv_profile(proto, &times);
-        double t_proto = time_copy(dst, src, proto, a->reps);
+        timing t_proto = time_copy(dst, src, proto, a->reps);
         pkv_protokv_profile(proto, NULL);
-        print_row(info.arch, L, t_snap, t_proto, &times, a->reps);
+        t_snap.cpu -= copy.cpu;
+        t_proto.cpu -= copy.cpu;
+        print_row(info.arch, L, t_snap, t_proto, &times);
         pkv_session_free(dst);
         pkv_session_free(src);
         free(toks);
@@ -387,7 +406,10 @@ static void on_view(void *user, const pkv_cluster_view *v) {
     t->clustered += clustered;
     t->beat_control += n_sat >= 2 && v->sat_intra - v->sat_inter > v->rand_intra - v->rand_inter;
     t->n_sat_total += n_sat;
-    if (isfinite(g)) t->gamma_sum += g, t->n_gamma++;
+    if (isfinite(g)) {
+        t->gamma_sum += g;
+        t->n_gamma++;
+    }
 }
 
 static int bench_gamma(const bench_args *a) {

@@ -598,8 +598,13 @@ static void group_similarity(const float *keys, int n, int dim, const bool *in_g
         for (int j = 0; j < n; j++) {
             if (j == i || (in_group[j] && j < i)) continue;
             double c = cosine(keys + (size_t)i * dim, keys + (size_t)j * dim, dim);
-            if (in_group[j]) s_in += c, n_in++;
-            else s_out += c, n_out++;
+            if (in_group[j]) {
+                s_in += c;
+                n_in++;
+            } else {
+                s_out += c;
+                n_out++;
+            }
         }
     }
     *intra = n_in ? s_in / n_in : NAN;
