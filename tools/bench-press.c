@@ -11,13 +11,11 @@
  * direction plus per-token content (so neighbours are alike through the slow
  * RoPE frequencies), 2% of the tokens drawn near one of three anchor
  * directions, RoPE (NEOX pairs, base 1e6) at their position. With a model, the
- * prompt text is repeated up to each length, prefilled once without a press,
- * and every press compresses a copy of that cache (pkv_session_copy), so the
- * time includes reading the layer's keys and compacting the cache, the same
- * for both presses. Presses run on one thread; times are that thread's CPU
- * time (the machine may be shared: wall time is printed too), medians of
- * --reps; with a model, the CPU time of copying the cache without a press is
- * subtracted.
+ * prompt text is repeated up to each length and prefilled once with a press
+ * that only copies what each full-attention layer gives it (keys, window
+ * queries); snapkv and protokv then run on those layers. Presses run on one
+ * thread; times are that thread's CPU time (the machine may be shared: wall
+ * time is printed too), medians of --reps, summed over the layers.
  *
  * --gamma prefills each text once (no repetition, at most --max-tokens) and
  * compresses copies with ProtoKV's SAT candidates chosen as the top m = 32
@@ -32,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "error.h"
 #include "press.h"
 #include "press/protokv.h"
 #include "promptkv.h"
@@ -317,23 +316,83 @@ static int32_t *text_tokens(pkv_model *m, const char *path, int n, bool repeat, 
     return toks;
 }
 
-/* Median CPU seconds of copying src into dst with cfg (NULL: no press) and
- * median wall seconds of the press (as the session reports it). */
-static timing time_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *cfg, int reps) {
-    double cpu[64], wall[64];
-    if (reps > 64) reps = 64;
-    for (int r = 0; r < reps; r++) {
-        pkv_prefill_stats st = {0};
-        pkv_error err;
-        double c0 = cpu_seconds();
-        if (pkv_session_copy(dst, src, cfg, &st, &err)) {
-            fprintf(stderr, "bench-press: %s\n", err.msg);
-            return (timing){NAN, NAN};
-        }
-        cpu[r] = cpu_seconds() - c0;
-        wall[r] = st.press_seconds;
+/* A layer as a press saw it, copied out by the capturing press below. */
+typedef struct {
+    pkv_press_input in;
+    float *q;
+    int32_t *q_pos;
+    int *n_rows;
+    float **keys;
+    int32_t **pos;
+} captured_layer;
+
+typedef struct {
+    captured_layer layers[64];
+    int n;
+} capture_store;
+
+/* A press that scores nothing and copies what it was given: the real layers
+ * that snapkv and protokv then run on, timed like the synthetic ones. */
+static int capture_score(const void *params, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    capture_store *cs = *(capture_store *const *)params;
+    if (cs->n == 64) return 0;
+    captured_layer *c = &cs->layers[cs->n++];
+    int d = in->head_dim_k, nkv = in->n_head_kv;
+    c->in = *in;
+    c->q = malloc((size_t)in->n_head * in->window * d * sizeof(float));
+    c->q_pos = malloc((size_t)in->window * sizeof(int32_t));
+    c->n_rows = malloc((size_t)nkv * sizeof(int));
+    c->keys = calloc((size_t)nkv, sizeof(float *));
+    c->pos = calloc((size_t)nkv, sizeof(int32_t *));
+    if (!c->q || !c->q_pos || !c->n_rows || !c->keys || !c->pos)
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory capturing layer %d", in->layer);
+    memcpy(c->q, in->q_window, (size_t)in->n_head * in->window * d * sizeof(float));
+    memcpy(c->q_pos, in->q_pos, (size_t)in->window * sizeof(int32_t));
+    for (int g = 0; g < nkv; g++) {
+        int n = c->n_rows[g] = in->n_rows[g];
+        c->keys[g] = malloc((size_t)n * d * sizeof(float));
+        c->pos[g] = malloc((size_t)n * sizeof(int32_t));
+        if (!c->keys[g] || !c->pos[g]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory capturing layer %d", in->layer);
+        memcpy(c->keys[g], in->keys[g], (size_t)n * d * sizeof(float));
+        memcpy(c->pos[g], in->pos[g], (size_t)n * sizeof(int32_t));
     }
-    return (timing){median(cpu, reps), median(wall, reps)};
+    c->in.q_window = c->q;
+    c->in.q_pos = c->q_pos;
+    c->in.n_rows = c->n_rows;
+    c->in.keys = (const float *const *)c->keys;
+    c->in.pos = (const int32_t *const *)c->pos;
+    c->in.values = NULL;
+    c->in.attn_sum = NULL;
+    c->in.attn_count = NULL;
+    c->in.watch = NULL;
+    for (int s = 0; s < sel->n_sel; s++) memset(sel->scores[s], 0, (size_t)in->n_rows[pkv_sel_kv_head(in, sel, s)] * sizeof(float));
+    return 0;
+}
+
+static int capture_forced_window(const void *params, int window) {
+    (void)params;
+    return window;
+}
+
+static const pkv_press_ops CAPTURE_OPS = {
+    .name = "capture", .summary = "benchmark: copies the layers it is given", .params_size = sizeof(void *),
+    .forced_window = capture_forced_window, .score = capture_score,
+};
+
+static void free_capture(capture_store *cs) {
+    for (int l = 0; l < cs->n; l++) {
+        captured_layer *c = &cs->layers[l];
+        for (int g = 0; g < c->in.n_head_kv; g++) {
+            free(c->keys[g]);
+            free(c->pos[g]);
+        }
+        free(c->q);
+        free(c->q_pos);
+        free(c->n_rows);
+        free(c->keys);
+        free(c->pos);
+    }
+    cs->n = 0;
 }
 
 static int bench_model(const bench_args *a) {
@@ -345,12 +404,18 @@ static int bench_model(const bench_args *a) {
     }
     pkv_model_info info;
     pkv_model_get_info(m, &info);
-    pkv_press_cfg *snap = make_cfg("snapkv", a), *proto = make_cfg("protokv", a);
-    if (!snap || !proto) return 1;
+    pkv_press_cfg *snap = make_cfg("snapkv", a), *proto = make_cfg("protokv", a), *capture = make_cfg("snapkv", a);
+    if (!snap || !proto || !capture) return 1;
+    /* the capturing press wears a snapkv configuration (budget, window): its
+     * parameter block is large enough for the pointer it needs */
+    static capture_store store;
+    capture->ops = &CAPTURE_OPS;
+    *(capture_store **)capture->params = &store;
+    pkv_compute comp = {.kern = pkv_kernels_get(PKV_SIMD_AUTO)};
     printf("%s keys (%s): head_dim %d, %d query heads, %d KV heads, %d full-attention layers, budget %d, window %d, "
-           "press time summed over the full layers, median of %d\n",
+           "%s kernels, time summed over the full layers, median of %d\n",
            info.arch, a->model, info.head_dim, info.n_head, info.n_head_kv, info.n_layer - info.n_swa_layers, a->budget,
-           a->window, a->reps);
+           a->window, pkv_simd_name(comp.kern->level), a->reps);
     print_header();
     for (int li = 0; li < a->n_lengths; li++) {
         int L = a->lengths[li], n = 0;
@@ -359,26 +424,34 @@ static int bench_model(const bench_args *a) {
         pkv_session_opts_default(&so);
         so.n_threads = a->threads;
         so.n_ctx = L;
-        so.keep_press_window = a->window;
-        pkv_session *src = toks ? pkv_session_new(m, &so, &err) : NULL, *dst = src ? pkv_session_new(m, &so, &err) : NULL;
+        pkv_session *s = toks ? pkv_session_new(m, &so, &err) : NULL;
         double t0 = now_seconds();
-        if (!dst || pkv_prefill(src, toks, n, NULL, NULL, &err)) {
+        if (!s || pkv_prefill(s, toks, n, capture, NULL, &err)) {
             fprintf(stderr, "bench-press: %d tokens: %s\n", L, toks ? err.msg : "cannot read the text");
             return 1;
         }
-        fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s\n", L, now_seconds() - t0);
-        timing copy = time_copy(dst, src, NULL, a->reps), t_snap = time_copy(dst, src, snap, a->reps);
+        fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s, captured %d layers\n", L, now_seconds() - t0,
+                store.n);
+        timing t_snap = {0}, t_proto = {0};
         pkv_protokv_times times = {0};
-        pkv_protokv_profile(proto, &times);
-        timing t_proto = time_copy(dst, src, proto, a->reps);
-        pkv_protokv_profile(proto, NULL);
-        t_snap.cpu -= copy.cpu;
-        t_proto.cpu -= copy.cpu;
+        for (int l = 0; l < store.n; l++) {
+            store.layers[l].in.comp = &comp;
+            timing ts = time_press(snap, &store.layers[l].in, a->reps);
+            pkv_protokv_profile(proto, &times);
+            timing tp = time_press(proto, &store.layers[l].in, a->reps);
+            pkv_protokv_profile(proto, NULL);
+            t_snap.cpu += ts.cpu;
+            t_snap.wall += ts.wall;
+            t_proto.cpu += tp.cpu;
+            t_proto.wall += tp.wall;
+        }
         print_row(info.arch, L, t_snap, t_proto, &times);
-        pkv_session_free(dst);
-        pkv_session_free(src);
+        free_capture(&store);
+        pkv_session_free(s);
         free(toks);
     }
+    capture->ops = pkv_press_find("snapkv");
+    pkv_press_cfg_free(capture);
     pkv_press_cfg_free(snap);
     pkv_press_cfg_free(proto);
     pkv_model_free(m);
