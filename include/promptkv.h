@@ -194,7 +194,13 @@ typedef struct {
     int n_ctx;                /* <= 0: the model's training context */
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
     pkv_cache_type cache_type;
-    uint64_t mem_cap_bytes;   /* 0: no cap on KV cache + activations */
+    uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
+    /* One prefill, many presses (evaluation.md §5): keep, for every
+     * full-attention layer, the queries of the last keep_press_window tokens of
+     * each prefill (and per-row attention sums for h2o), so pkv_session_copy
+     * can compress a copy of the cache with any press afterwards. */
+    int keep_press_window;
+    bool keep_attn_sums;
 } pkv_session_opts;
 
 void pkv_session_opts_default(pkv_session_opts *opts);
@@ -222,6 +228,15 @@ typedef struct {
 int pkv_prefill(pkv_session *session, const int32_t *tokens, int n_tokens,
                 const pkv_press_cfg *press, pkv_prefill_stats *stats, pkv_error *err);
 
+/* Copies src's state (cache, logical position, logits) into dst, a session of
+ * the same model whose own state is discarded, and, if press is not NULL or
+ * "none", compresses dst's full-attention layers exactly as if the press had
+ * run at the end of src's last prefill. src's last call must have been a
+ * pkv_prefill without a press, in a session with keep_press_window >= the
+ * press's window (and keep_attn_sums for h2o). */
+int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press,
+                     pkv_prefill_stats *stats, pkv_error *err);
+
 /* One token through the model; logits of it are then at pkv_logits(). */
 int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
 
@@ -239,6 +254,12 @@ int pkv_session_n_pos(const pkv_session *session);
 
 /* Bytes of KV cache currently held (keys, values and positions). */
 uint64_t pkv_session_cache_bytes(const pkv_session *session);
+
+/* Bytes the session has allocated: KV cache capacity plus activations and
+ * scratch; what mem_cap_bytes limits. */
+uint64_t pkv_session_mem_bytes(const pkv_session *session);
+/* The most pkv_session_mem_bytes has been during prefills (at layer ends). */
+uint64_t pkv_session_peak_mem_bytes(const pkv_session *session);
 
 /* What the cache holds: layers, heads per layer (KV heads, or query heads
  * after a per-query-head press), rows of a head and their original positions

@@ -75,6 +75,36 @@ static int resize_head(const pkv_kvcache *c, const pkv_kv_layer *L, pkv_kv_head 
     return 0;
 }
 
+int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err) {
+    if (dst->n_layers != src->n_layers || dst->type != src->type)
+        return pkv_fail(err, PKV_ERR_ARG, "KV caches of different shapes (%d/%d layers, types %d/%d) cannot be copied",
+                        dst->n_layers, src->n_layers, (int)dst->type, (int)src->type);
+    pkv_kvcache_clear(dst);
+    for (int l = 0; l < src->n_layers; l++) {
+        const pkv_kv_layer *S = &src->layers[l];
+        pkv_kv_layer *D = &dst->layers[l];
+        if (S->n_heads != D->n_heads) {
+            /* the source was split into query heads: give dst as many head slots */
+            pkv_kv_head *heads = calloc((size_t)S->n_heads, sizeof *heads);
+            if (!heads) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory copying the KV cache");
+            free(D->heads);
+            D->heads = heads;
+            D->n_heads = S->n_heads;
+        }
+        size_t kb = (size_t)S->head_dim_k * src->elem_bytes, vb = (size_t)S->head_dim_v * src->elem_bytes;
+        for (int h = 0; h < S->n_heads; h++) {
+            const pkv_kv_head *sh = &S->heads[h];
+            pkv_kv_head *dh = &D->heads[h];
+            if (resize_head(dst, D, dh, sh->n_rows + 16, err)) return -1;
+            memcpy(dh->k, sh->k, (size_t)sh->n_rows * kb);
+            memcpy(dh->v, sh->v, (size_t)sh->n_rows * vb);
+            memcpy(dh->pos, sh->pos, (size_t)sh->n_rows * sizeof *sh->pos);
+            dh->n_rows = sh->n_rows;
+        }
+    }
+    return 0;
+}
+
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err) {
     pkv_kv_layer *L = &c->layers[layer];
     for (int hi = 0; hi < L->n_heads; hi++) {
@@ -212,6 +242,14 @@ int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer) {
     int64_t n = 0;
     for (int h = 0; h < c->layers[layer].n_heads; h++) n += c->layers[layer].heads[h].n_rows;
     return n;
+}
+
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c) {
+    uint64_t total = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->layers[l].n_heads; h++)
+            total += (uint64_t)c->layers[l].heads[h].cap * pkv_kvcache_row_bytes(c, l);
+    return total;
 }
 
 uint64_t pkv_kvcache_bytes(const pkv_kvcache *c) {

@@ -47,6 +47,9 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
 void pkv_kvcache_free(pkv_kvcache *c);
 void pkv_kvcache_clear(pkv_kvcache *c);
 
+/* dst becomes a deep copy of src (same model); dst's rows are freed first. */
+int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
+
 /* Make room for n more rows in every head of the layer. */
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
 
@@ -79,6 +82,9 @@ void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer
                         float *dst);
 void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
                         float *dst);
+
+/* Bytes allocated (capacity, not only used rows): what the cache costs in memory. */
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c);
 
 /* Bytes held: every row's key, value and position, all layers and heads. */
 uint64_t pkv_kvcache_bytes(const pkv_kvcache *c);

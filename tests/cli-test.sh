@@ -95,5 +95,10 @@ expect press_no_budget 2 "needs a budget" -- "$bin" run -m "$tiny" -p hi --press
 expect press_opts_without_press 2 "without --press" -- "$bin" run -m "$tiny" -p hi --budget 64
 expect press_agnostic_needs_question 2 "needs a question" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --mode query_agnostic
 
+expect_out inspect_rows 'layer +heads +rows kept per head' -- "$bin" inspect -m "$tiny" \
+    -p "$(head -c 600 tests/data/english.txt)" -c 512 --press snapkv --budget 24 --window 8 --html "$tmp/inspect.html"
+expect_out inspect_html_counts 'kept by [0-9]+ of 4 heads' -- cat "$tmp/inspect.html"
+expect inspect_needs_press 2 "choose a press" -- "$bin" inspect -m "$tiny" -p hi
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -288,3 +288,114 @@ TEST(press_engine_ratio) {
     pkv_press_cfg_free(cfg2);
     pkv_model_free(m);
 }
+
+/* One prefill, many presses: compressing a copy gives exactly what the press
+ * gives inside the prefill (kept positions and logits after decoding), for
+ * every press, in both the chunked and the single-call prefill. */
+TEST(press_engine_copy_equals_direct) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int nv = pkv_n_vocab(m);
+    int32_t toks[100];
+    prompt_tokens(toks, 100, nv, 11); /* the prompt run_press uses */
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = 2;
+    so.n_batch = 13;
+    so.n_ctx = 512;
+    so.keep_press_window = 16;
+    so.keep_attn_sums = true;
+    pkv_session *src = pkv_session_new(m, &so, &err), *dst = pkv_session_new(m, &so, &err);
+    REQUIRE(src && dst);
+    CHECK(pkv_prefill(src, toks, 100, NULL, NULL, &err) == 0);
+    const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
+    float *a = malloc((size_t)nv * sizeof(float)), *b = malloc((size_t)nv * sizeof(float));
+    for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
+        for (int window = 4; window <= 16; window += 12) {
+            char wbuf[8];
+            snprintf(wbuf, sizeof wbuf, "%d", window);
+            const char *opts[] = {"budget", "30", "window", wbuf, NULL};
+            pkv_press_cfg *cfg = make_press(presses[i], opts);
+            pkv_session *direct = NULL;
+            REQUIRE(run_press(m, cfg, 100, 3, 2, a, NULL, &direct));
+            pkv_prefill_stats ps;
+            CHECK_MSG(pkv_session_copy(dst, src, cfg, &ps, &err) == 0, "%s", err.msg);
+            CHECK(ps.compressed && ps.cache_bytes < ps.cache_bytes_full);
+            for (int l = 0; l < pkv_session_n_layers(dst); l++)
+                for (int h = 0; h < pkv_session_n_heads(dst, l); h++) {
+                    int32_t p1[128], p2[128];
+                    int n1 = pkv_session_positions(direct, l, h, p1, 128), n2 = pkv_session_positions(dst, l, h, p2, 128);
+                    /* direct has decoded 3 tokens already */
+                    CHECK_MSG(n1 == n2 + 3 && !memcmp(p1, p2, (size_t)n2 * sizeof *p1), "%s window %d: layer %d head %d differs",
+                              presses[i], window, l, h);
+                }
+            /* decode the same greedy tokens on the copy: identical logits */
+            for (int step = 0; step < 3; step++) {
+                const float *l = pkv_logits(dst);
+                int best = 0;
+                for (int k = 1; k < nv; k++)
+                    if (l[k] > l[best]) best = k;
+                CHECK(pkv_decode(dst, best, &err) == 0);
+            }
+            memcpy(b, pkv_logits(dst), (size_t)nv * sizeof(float));
+            CHECK_MSG(!memcmp(a, b, (size_t)nv * sizeof(float)), "%s window %d: logits differ from the direct press", presses[i],
+                      window);
+            pkv_session_free(direct);
+            pkv_press_cfg_free(cfg);
+        }
+    }
+    /* a copy without a press is the full cache; a source that pressed cannot be re-pressed */
+    CHECK(pkv_session_copy(dst, src, NULL, NULL, &err) == 0);
+    CHECK_EQ_INT(pkv_session_head_rows(dst, 0, 0), 100);
+    const char *o[] = {"budget", "30", "window", "8", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", o);
+    CHECK(pkv_decode(src, 5, &err) == 0);
+    CHECK(pkv_session_copy(dst, src, cfg, NULL, &err) == -1 && strstr(err.msg, "keep_press_window"));
+    pkv_press_cfg_free(cfg);
+    free(a);
+    free(b);
+    pkv_session_free(src);
+    pkv_session_free(dst);
+    pkv_model_free(m);
+}
+
+/* The memory cap: the full cache of a long prompt does not fit, the compressed
+ * one does, because only one layer's uncompressed K/V is alive at a time.
+ * (f32 cache: presses read its rows in place, without a scratch copy.) */
+TEST(press_engine_memory_cap) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int32_t toks[400];
+    prompt_tokens(toks, 400, pkv_n_vocab(m), 4);
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_ctx = 512;
+    so.n_batch = 64;
+    so.cache_type = PKV_CACHE_F32;
+    const char *opts[] = {"budget", "24", "window", "8", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    REQUIRE(s);
+    CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == 0);
+    uint64_t peak_full = pkv_session_peak_mem_bytes(s), after_full = pkv_session_cache_bytes(s);
+    pkv_session_free(s);
+    s = pkv_session_new(m, &so, &err);
+    CHECK(pkv_prefill(s, toks, 400, cfg, NULL, &err) == 0);
+    uint64_t peak_snap = pkv_session_peak_mem_bytes(s), after_snap = pkv_session_cache_bytes(s);
+    pkv_session_free(s);
+    CHECK_MSG(peak_snap < peak_full, "peak with snapkv %llu >= without %llu", (unsigned long long)peak_snap,
+              (unsigned long long)peak_full);
+    CHECK(after_snap < after_full / 4);
+    /* a cap between the two peaks: the full cache fails with a clear error, the compressed one fits */
+    so.mem_cap_bytes = (peak_full + peak_snap) / 2;
+    s = pkv_session_new(m, &so, &err);
+    CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == -1 && err.code == PKV_ERR_LIMIT && strstr(err.msg, "memory cap"));
+    pkv_session_reset(s);
+    CHECK_MSG(pkv_prefill(s, toks, 400, cfg, NULL, &err) == 0, "%s", err.msg);
+    CHECK(pkv_decode(s, 7, &err) == 0);
+    pkv_press_cfg_free(cfg);
+    pkv_session_free(s);
+    pkv_model_free(m);
+}
