@@ -6,9 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Length of a valid UTF-8 sequence at p (1-4), or 0 if it is not one. */
+static int utf8_len(const unsigned char *p) {
+    if (p[0] < 0x80) return 1;
+    int n = p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : 0;
+    if (p[0] >= 0xf5) n = 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    if (n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) return 0; /* overlong, surrogate */
+    if (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) return 0;
+    return n;
+}
+
 void pkv_json_str(pkv_sbuf *b, const char *s) {
     pkv_sbuf_puts(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
         switch (*p) {
         case '"': pkv_sbuf_puts(b, "\\\""); break;
         case '\\': pkv_sbuf_puts(b, "\\\\"); break;
@@ -16,9 +28,18 @@ void pkv_json_str(pkv_sbuf *b, const char *s) {
         case '\r': pkv_sbuf_puts(b, "\\r"); break;
         case '\t': pkv_sbuf_puts(b, "\\t"); break;
         default:
-            if (*p < 0x20 || *p == 0x7f) pkv_sbuf_printf(b, "\\u%04x", *p);
-            else pkv_sbuf_add(b, (const char *)p, 1);
+            if (*p < 0x20 || *p == 0x7f) {
+                pkv_sbuf_printf(b, "\\u%04x", *p);
+            } else {
+                /* generated text can hold stray bytes (byte tokens, a cut character): U+FFFD keeps the line valid */
+                int n = utf8_len(p);
+                if (n == 0) pkv_sbuf_puts(b, "\\ufffd");
+                else pkv_sbuf_add(b, (const char *)p, (size_t)n);
+                p += n ? n : 1;
+                continue;
+            }
         }
+        p++;
     }
     pkv_sbuf_puts(b, "\"");
 }
