@@ -764,7 +764,7 @@ int cmd_eval(int argc, char **argv) {
     pkv_eval_sweep_opts so = {
         .model = model,
         .runner = {.n_threads = threads, .n_ctx = max_length(&a) + 64, .keep_window = a.window, .attn_sums = attn_sums,
-                   .agree_k = a.agree_k},
+                   .agree_k = a.agree_k, .stop = &g_stop},
         .rows_path = rows_path,
         .rank = rk.rank,
         .n_ranks = rk.size,

@@ -168,13 +168,11 @@ static bool parse_container(parser *ps, pkv_json *out, bool object) {
             ps->p++;
             skip_ws(ps);
         }
-        char *key = item.key;
+        /* parse_value keeps item.key; free_children releases it on failure */
         if (!parse_value(ps, &item)) {
-            free(key);
             free_children(&item);
             return false;
         }
-        item.key = key;
         if (!push_item(out, &item)) {
             free_children(&item);
             return false;

@@ -462,9 +462,13 @@ static int tokenize_item(const pkv_model *m, const pkv_eval_item *item, item_tok
 }
 
 /* The shared prefill of an item in a mode. */
+static bool stop_requested(const pkv_eval_runner *r) { return r->opts.stop && *r->opts.stop; }
+
 static int prefill_source(pkv_eval_runner *r, const item_tokens *t, pkv_eval_mode mode, double *seconds,
                           pkv_error *err) {
     pkv_session_reset(r->src);
+    /* the reset clears an interrupt that arrived before it */
+    if (stop_requested(r)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted");
     int n = t->n_ctx + (mode == PKV_EVAL_QUERY_AWARE ? t->n_q : 0);
     int32_t *all = malloc((size_t)(n > 0 ? n : 1) * sizeof *all);
     if (!all) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
@@ -583,6 +587,10 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
     int rc = prefill_source(r, &t, mode, &prefill_seconds, err);
     for (int i = 0; i < n_configs && rc == 0; i++) {
         if (i > 0 && skip && skip[i]) continue;
+        if (stop_requested(r)) {
+            rc = pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted");
+            break;
+        }
         pkv_eval_result res = {0};
         res.prefill_seconds = prefill_seconds;
         rc = run_config(r, task, item, &t, mode, &configs[i], i == 0, &res, err);

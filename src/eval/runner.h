@@ -15,6 +15,7 @@
 #ifndef PKV_EVAL_RUNNER_H
 #define PKV_EVAL_RUNNER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -83,6 +84,7 @@ typedef struct {
     int keep_window;   /* largest press window among the configs */
     bool attn_sums;    /* some config needs per-row attention sums (h2o) */
     int agree_k;       /* first k generated tokens compared with the full cache; 0: off */
+    volatile sig_atomic_t *stop; /* may be NULL; when set, the item stops with PKV_ERR_INTERRUPTED */
 } pkv_eval_runner_opts;
 
 pkv_eval_runner *pkv_eval_runner_new(pkv_model *model, const pkv_eval_runner_opts *opts, pkv_error *err);
