@@ -64,8 +64,8 @@ static const char EVAL_USAGE[] =
 #endif
     ;
 
-static volatile sig_atomic_t g_stop;          /* SIGINT/SIGTERM: the CLI's only signal state */
-static pkv_eval_runner *volatile g_runner;    /* the runner a signal should interrupt */
+static volatile sig_atomic_t g_stop;       /* SIGINT/SIGTERM: the CLI's only signal state */
+static pkv_eval_runner *volatile g_runner; /* the runner a signal should interrupt */
 
 static void on_signal(int sig) {
     (void)sig;
@@ -155,9 +155,18 @@ static int float_list(const char *flag, const char *s, double lo, double hi, dou
     return n;
 }
 
-static const char *const TIER1[] = {"niah_single_1", "niah_single_2",   "niah_single_3",   "niah_multikey_2",
-                                    "niah_multivalue", "niah_multiquery", "vt",            "fwe",
-                                    "cwe",           "longeval_lines",  "niah_passkey_essay", "niah_classic"};
+static const char *const TIER1[] = {"niah_single_1",
+                                    "niah_single_2",
+                                    "niah_single_3",
+                                    "niah_multikey_2",
+                                    "niah_multivalue",
+                                    "niah_multiquery",
+                                    "vt",
+                                    "fwe",
+                                    "cwe",
+                                    "longeval_lines",
+                                    "niah_passkey_essay",
+                                    "niah_classic"};
 
 static int add_task(eval_args *a, const pkv_eval_task *t) {
     for (int i = 0; i < a->n_tasks; i++)
@@ -179,7 +188,8 @@ static int parse_tasks(eval_args *a, const char *s) {
         } else if (!strcmp(it, "all") || !strcmp(it, "ruler") || !strcmp(it, "grid")) {
             for (int k = 0; k < pkv_eval_task_count(); k++) {
                 const pkv_eval_task *t = pkv_eval_task_get(k);
-                bool want = !strcmp(it, "all") || (!strcmp(it, "grid") ? t->grid : (!t->grid && t->kind != PKV_TASK_LONGEVAL));
+                bool want =
+                    !strcmp(it, "all") || (!strcmp(it, "grid") ? t->grid : (!t->grid && t->kind != PKV_TASK_LONGEVAL));
                 if (want) add_task(a, t);
             }
         } else {
@@ -217,8 +227,10 @@ static int add_opt(eval_args *a, const char *key, const char *value) {
         cli_error("eval", "too many press options");
         return -1;
     }
-    if (key) snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s=%s", key, value);
-    else snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s", value);
+    if (key)
+        snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s=%s", key, value);
+    else
+        snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s", value);
     if (!strchr(a->opt_store[a->n_opts], '=')) {
         cli_error("eval", "--press-opt expects KEY=VALUE or PRESS.KEY=VALUE, got '%s'", value);
         return -1;
@@ -266,7 +278,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
         long n;
-#define VALUE() \
+#define VALUE()                                                                                                        \
     if (!(v = cli_value(cmd, argc, argv, &i))) return -1
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             fputs(EVAL_USAGE, stdout);
@@ -306,12 +318,16 @@ static int parse_args(int argc, char **argv, eval_args *a) {
             if (parse_presses(a, v)) return -1;
         } else if (!strcmp(f, "--budgets")) {
             VALUE();
-            if (!strcmp(v, "none")) a->n_budgets = 0;
-            else if ((a->n_budgets = int_list(f, v, 1, 1 << 24, a->budgets)) < 0) return -1;
+            if (!strcmp(v, "none"))
+                a->n_budgets = 0;
+            else if ((a->n_budgets = int_list(f, v, 1, 1 << 24, a->budgets)) < 0)
+                return -1;
         } else if (!strcmp(f, "--ratios")) {
             VALUE();
-            if (!strcmp(v, "none")) a->n_ratios = 0;
-            else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0) return -1;
+            if (!strcmp(v, "none"))
+                a->n_ratios = 0;
+            else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0)
+                return -1;
         } else if (!strcmp(f, "--mode")) {
             VALUE();
             char items[4][96];
@@ -320,8 +336,10 @@ static int parse_args(int argc, char **argv, eval_args *a) {
             a->n_modes = 0;
             for (int j = 0; j < k; j++) {
                 pkv_eval_mode m;
-                if (!strcmp(items[j], "query_agnostic")) m = PKV_EVAL_QUERY_AGNOSTIC;
-                else if (!strcmp(items[j], "query_aware")) m = PKV_EVAL_QUERY_AWARE;
+                if (!strcmp(items[j], "query_agnostic"))
+                    m = PKV_EVAL_QUERY_AGNOSTIC;
+                else if (!strcmp(items[j], "query_aware"))
+                    m = PKV_EVAL_QUERY_AWARE;
                 else {
                     cli_error(cmd, "--mode must be query_agnostic and/or query_aware, got '%s'", items[j]);
                     return -1;
@@ -412,7 +430,9 @@ fail:
 
 /* ---------------------------------------------------------------- files */
 
-static void path_in(char *buf, size_t len, const char *dir, const char *name) { snprintf(buf, len, "%s/%s", dir, name); }
+static void path_in(char *buf, size_t len, const char *dir, const char *name) {
+    snprintf(buf, len, "%s/%s", dir, name);
+}
 
 static int make_dir(const char *dir) {
     if (mkdir(dir, 0755) && errno != EEXIST) {
@@ -443,7 +463,8 @@ static char *command_line(int argc, char **argv) {
         pkv_sbuf_puts(&b, " ");
         bool plain = argv[i][0] != '\0';
         for (const char *p = argv[i]; *p && plain; p++) plain = !strchr(" \t\"'$\\*?;&|<>()", *p);
-        if (plain) pkv_sbuf_puts(&b, argv[i]);
+        if (plain)
+            pkv_sbuf_puts(&b, argv[i]);
         else {
             pkv_sbuf_puts(&b, "'");
             pkv_sbuf_puts(&b, argv[i]);
@@ -468,7 +489,8 @@ static int check_or_write_manifest(const eval_args *a, const char *name, const c
         double bytes = pkv_json_get_num(j, "model_bytes", -1), seed = pkv_json_get_num(j, "seed", -1);
         bool same = !strcmp(m, name) && (long long)bytes == model_bytes && (uint64_t)seed == a->seed;
         if (!same)
-            cli_error("eval", "%s holds a run of model '%s' (%.0f bytes) with seed %.0f; this is '%s' (%lld bytes) "
+            cli_error("eval",
+                      "%s holds a run of model '%s' (%.0f bytes) with seed %.0f; this is '%s' (%lld bytes) "
                       "with seed %llu (use another --out, or --force to start over)",
                       a->out_dir, m, bytes, seed, name, model_bytes, (unsigned long long)a->seed);
         pkv_json_free(j);
@@ -533,9 +555,12 @@ typedef struct {
 } progress_state;
 
 static void format_eta(double s, char *buf, size_t len) {
-    if (!(s >= 0) || s > 1e7) snprintf(buf, len, "--");
-    else if (s >= 3600) snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-    else snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    if (!(s >= 0) || s > 1e7)
+        snprintf(buf, len, "--");
+    else if (s >= 3600)
+        snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else
+        snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
 static void on_progress(void *user, const pkv_eval_progress *p) {
@@ -675,8 +700,10 @@ static int max_length(const eval_args *a) {
     int m = 0;
     bool grid = false, plain = false;
     for (int t = 0; t < a->n_tasks; t++) {
-        if (a->tasks[t]->grid) grid = true;
-        else plain = true;
+        if (a->tasks[t]->grid)
+            grid = true;
+        else
+            plain = true;
     }
     for (int i = 0; i < a->n_lengths && plain; i++)
         if (a->lengths[i] > m) m = a->lengths[i];
@@ -698,8 +725,10 @@ int cmd_eval(int argc, char **argv) {
     char *command = command_line(argc, argv);
     if (a.report_only) {
         char *recorded = recorded_model(a.out_dir);
-        if (a.model_path) model_name(a.model_path, name, sizeof name);
-        else snprintf(name, sizeof name, "%s", recorded ? recorded : "model");
+        if (a.model_path)
+            model_name(a.model_path, name, sizeof name);
+        else
+            snprintf(name, sizeof name, "%s", recorded ? recorded : "model");
         free(recorded);
         char *cmdline = recorded_command(a.out_dir);
         int code = rk.rank == 0 && report(&a, name, cmdline ? cmdline : command) ? EXIT_RUNTIME : 0;
@@ -718,15 +747,17 @@ int cmd_eval(int argc, char **argv) {
         ranks_finish();
         return EXIT_USAGE;
     }
-    pkv_eval_plan plan = {a.tasks, a.n_tasks, a.lengths, a.n_lengths, a.samples, a.grid_lengths, a.n_grid_lengths,
-                          a.grid_depths, a.n_grid_depths, a.grid_samples, a.modes, a.n_modes, configs, n_configs,
-                          a.seed};
+    pkv_eval_plan plan = {a.tasks,        a.n_tasks,        a.lengths,     a.n_lengths,     a.samples,
+                          a.grid_lengths, a.n_grid_lengths, a.grid_depths, a.n_grid_depths, a.grid_samples,
+                          a.modes,        a.n_modes,        configs,       n_configs,       a.seed};
     int exit_code = 0;
     pkv_model *model = NULL;
     char results[4096], rows_path[4200];
     path_in(results, sizeof results, a.out_dir, "results.jsonl");
-    if (rk.size > 1) snprintf(rows_path, sizeof rows_path, "%s.part%d", results, rk.rank);
-    else snprintf(rows_path, sizeof rows_path, "%s", results);
+    if (rk.size > 1)
+        snprintf(rows_path, sizeof rows_path, "%s.part%d", results, rk.rank);
+    else
+        snprintf(rows_path, sizeof rows_path, "%s", results);
 
     /* rank 0 prepares the directory; everyone then reads what is done */
     int status = rk.rank == 0 ? (prepare_dir(&a, rk.size, name, command) ? 1 : 0) : 0;
@@ -763,8 +794,12 @@ int cmd_eval(int argc, char **argv) {
     progress_state ps = {isatty(STDERR_FILENO), rk.rank, rk.size, 0};
     pkv_eval_sweep_opts so = {
         .model = model,
-        .runner = {.n_threads = threads, .n_ctx = max_length(&a) + 64, .keep_window = a.window, .attn_sums = attn_sums,
-                   .agree_k = a.agree_k, .stop = &g_stop},
+        .runner = {.n_threads = threads,
+                   .n_ctx = max_length(&a) + 64,
+                   .keep_window = a.window,
+                   .attn_sums = attn_sums,
+                   .agree_k = a.agree_k,
+                   .stop = &g_stop},
         .rows_path = rows_path,
         .rank = rk.rank,
         .n_ranks = rk.size,
@@ -795,11 +830,11 @@ int cmd_eval(int argc, char **argv) {
             if (report(&a, name, cmdline ? cmdline : command) == 0)
                 fprintf(stderr, "eval: %.0f s; results in %s (summary.md, summary.csv, plots)\n", now_seconds() - t0,
                         a.out_dir);
-            else if (status == 0) status = 1;
+            else if (status == 0)
+                status = 1;
             free(cmdline);
         }
-        if (status == 2)
-            fprintf(stderr, "eval: interrupted; resume with the same command plus --resume\n");
+        if (status == 2) fprintf(stderr, "eval: interrupted; resume with the same command plus --resume\n");
     }
     exit_code = status == 0 ? 0 : status == 2 ? EXIT_INTERRUPTED : EXIT_RUNTIME;
 done:

@@ -162,11 +162,11 @@ TEST(eval_prose_prefix_and_vocabulary) {
     for (const char *q = b.data; *q; q++) words += *q == ' ';
     CHECK_EQ_INT(words, 1000);
     /* every word is a list word, a template word or punctuation around one; sentences start upper-case */
-    static const char *const GLUE[] = {"the", "is", "we", "people", "a", "an", "near", "every", "can", "you",
-                                       "should", "your", "before", "they", "and", "with", "it", "to", "i",
-                                       "that", "no", "will", "without", "are", "our", "looks", "today", "some",
-                                       "friends", "at", "night", "but", "because", "when", "so", "while", "do",
-                                       "why"};
+    static const char *const GLUE[] = {"the",     "is",    "we",     "people", "a",       "an",   "near",    "every",
+                                       "can",     "you",   "should", "your",   "before",  "they", "and",     "with",
+                                       "it",      "to",    "i",      "that",   "no",      "will", "without", "are",
+                                       "our",     "looks", "today",  "some",   "friends", "at",   "night",   "but",
+                                       "because", "when",  "so",     "while",  "do",      "why"};
     for (const char *q = b.data; *q;) {
         const char *e = strchr(q, ' ');
         size_t len = e ? (size_t)(e - q) : strlen(q);
@@ -176,7 +176,8 @@ TEST(eval_prose_prefix_and_vocabulary) {
             if (isalpha((unsigned char)q[i])) w[k++] = (char)tolower((unsigned char)q[i]);
         w[k] = '\0';
         bool ok = word_in(w, k, pkv_words_adjectives, pkv_words_n_adjectives) ||
-                  word_in(w, k, pkv_words_nouns, pkv_words_n_nouns) || word_in(w, k, pkv_words_verbs, pkv_words_n_verbs) ||
+                  word_in(w, k, pkv_words_nouns, pkv_words_n_nouns) ||
+                  word_in(w, k, pkv_words_verbs, pkv_words_n_verbs) ||
                   word_in(w, k, GLUE, (int)(sizeof GLUE / sizeof GLUE[0]));
         CHECK_MSG(ok, "unexpected word '%.*s'", (int)len, q);
         if (strchr(".?!", q[len - 1])) sentences++;
@@ -234,7 +235,7 @@ TEST(eval_niah_structure) {
         int gold;
         bool single;
     } CASES[] = {
-        {"niah_single_1", 1, 1, 1, true},   {"niah_single_2", 1, 1, 1, true},   {"niah_single_3", 1, 1, 1, true},
+        {"niah_single_1", 1, 1, 1, true},   {"niah_single_2", 1, 1, 1, true},    {"niah_single_3", 1, 1, 1, true},
         {"niah_multikey_1", 4, 1, 1, true}, {"niah_multivalue", 4, 4, 4, false}, {"niah_multiquery", 4, 4, 4, false},
     };
     for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
@@ -401,9 +402,7 @@ static int list_count(const char *from, const char *to, const char *w) {
 }
 
 TEST(eval_cwe_counts) {
-    const struct {
-        int length, c, u, ex_c, ex_u;
-    } V[] = {{2048, 6, 1, 3, 1}, {4096, 30, 3, 10, 3}};
+    const struct { int length, c, u, ex_c, ex_u; } V[] = {{2048, 6, 1, 3, 1}, {4096, 30, 3, 10, 3}};
     for (int v = 0; v < 2; v++) {
         pkv_eval_item it;
         REQUIRE(build("cwe", V[v].length, 1, 40, 0, -1, &it) == 0);
@@ -503,7 +502,10 @@ TEST(eval_longeval_and_classic_structure) {
 TEST(eval_generators_deterministic) {
     for (int k = 0; k < pkv_eval_task_count(); k++) {
         const pkv_eval_task *t = pkv_eval_task_get(k);
-        int units = t->kind == PKV_TASK_FWE ? 500 : t->kind == PKV_TASK_CWE ? 40 : t->haystack == PKV_HAY_ESSAY || t->kind == PKV_TASK_CLASSIC ? 300 : 30;
+        int units = t->kind == PKV_TASK_FWE                                       ? 500
+                    : t->kind == PKV_TASK_CWE                                     ? 40
+                    : t->haystack == PKV_HAY_ESSAY || t->kind == PKV_TASK_CLASSIC ? 300
+                                                                                  : 30;
         pkv_eval_item a, b, c;
         REQUIRE(build(t->name, 2048, 2, units, 10, 50, &a) == 0);
         REQUIRE(build(t->name, 2048, 2, units, 10, 50, &b) == 0);
@@ -527,8 +529,8 @@ static int count_bytes(void *user, const pkv_eval_item *it, pkv_error *err) {
 }
 
 TEST(eval_length_fitting) {
-    const char *tasks[] = {"niah_single_1", "niah_single_2", "niah_multikey_2", "vt", "cwe", "longeval_lines",
-                           "niah_passkey_essay", "niah_classic", "fwe"};
+    const char *tasks[] = {"niah_single_1",  "niah_single_2",      "niah_multikey_2", "vt", "cwe",
+                           "longeval_lines", "niah_passkey_essay", "niah_classic",    "fwe"};
     for (size_t t = 0; t < sizeof tasks / sizeof tasks[0]; t++) {
         pkv_eval_fitter f;
         pkv_eval_fitter_init(&f, count_bytes, NULL);
@@ -550,9 +552,11 @@ TEST(eval_length_fitting) {
             /* within one increment of the maximum: one more increment overflows (FWE: reaches length - 50) */
             REQUIRE(pkv_eval_build(&spec, it.n_units + u.increment, it.n_aux, &more, &err) == 0);
             int more_tok = count_bytes(NULL, &more, NULL);
-            if (task->kind == PKV_TASK_FWE) CHECK(more_tok >= 2048 - 50 || it.n_units < probe_units);
-            else CHECK_MSG(more_tok + task->tokens_to_generate > 2048 || it.n_units < probe_units,
-                           "%s sample %d: %d units fit, %d more still fit", tasks[t], sample, it.n_units, u.increment);
+            if (task->kind == PKV_TASK_FWE)
+                CHECK(more_tok >= 2048 - 50 || it.n_units < probe_units);
+            else
+                CHECK_MSG(more_tok + task->tokens_to_generate > 2048 || it.n_units < probe_units,
+                          "%s sample %d: %d units fit, %d more still fit", tasks[t], sample, it.n_units, u.increment);
             /* sample 0 is the binary search's probe: even one more unit overflows */
             if (sample == 0 && task->kind != PKV_TASK_FWE) {
                 pkv_eval_item one;
@@ -594,7 +598,11 @@ TEST(eval_score_string_match) {
     CHECK_NEAR(pkv_score(PKV_METRIC_MATCH_PART, "banana", words, 4), 0.0, 0);
     /* control characters become newlines, so they split words; surrounding ones are stripped */
     const char *ab[] = {"ab"};
-    CHECK_NEAR(pkv_score(PKV_METRIC_MATCH_ALL, "a\x01" "b", ab, 1), 0.0, 0);
+    CHECK_NEAR(pkv_score(PKV_METRIC_MATCH_ALL,
+                         "a\x01"
+                         "b",
+                         ab, 1),
+               0.0, 0);
     CHECK_NEAR(pkv_score(PKV_METRIC_MATCH_ALL, "\x02 ab \x1f", ab, 1), 1.0, 0);
     char out[32];
     pkv_score_postprocess("  \x01x\x02y\t \n", out, sizeof out);
@@ -647,8 +655,15 @@ TEST(eval_json_roundtrip) {
     CHECK_NEAR(pkv_json_get_num(&a->items[2], "k", 0), 1, 0);
     pkv_json_free(j);
     pkv_sbuf_free(&b);
+    /* \u escapes decode to UTF-8 */
+    const char *esc = "\"\\u00e9\\u20ac\\u0041\"";
+    j = pkv_json_parse(esc, strlen(esc));
+    REQUIRE(j && j->type == PKV_JSON_STR);
+    CHECK_STR(j->str, "\xc3\xa9\xe2\x82\xac" "A");
+    pkv_json_free(j);
     const char *bad[] = {"{\"a\":1", "{\"a\" 1}", "[1,]", "{\"a\":1}x", "\"\x01\"", "{\"k\":tru}", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK_MSG(!pkv_json_parse(bad[i], strlen(bad[i])), "%s", bad[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(!pkv_json_parse(bad[i], strlen(bad[i])), "%s", bad[i]);
 }
 
 /* ---------------------------------------------------------------- JSONL files */
@@ -678,7 +693,8 @@ TEST(eval_jsonl_resume_and_merge) {
     snprintf(main_path, sizeof main_path, "%s/results.jsonl", dir);
     snprintf(part, sizeof part, "%s/results.jsonl.part1", dir);
     /* a killed writer: two complete lines, a broken one, and a partial last line */
-    write_text(main_path, "{\"key\":\"a\",\"v\":1}\n{\"key\":\"b\",\"v\":2}\n{\"key\":\"c\",\"v\"\n{\"key\":\"d\",\"v\":");
+    write_text(main_path,
+               "{\"key\":\"a\",\"v\":1}\n{\"key\":\"b\",\"v\":2}\n{\"key\":\"c\",\"v\"\n{\"key\":\"d\",\"v\":");
     pkv_error err;
     REQUIRE(pkv_jsonl_truncate_partial(main_path, &err) == 0);
     CHECK_STR(read_text(main_path), "{\"key\":\"a\",\"v\":1}\n{\"key\":\"b\",\"v\":2}\n{\"key\":\"c\",\"v\"\n");

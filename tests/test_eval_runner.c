@@ -224,7 +224,8 @@ static void check_needle_positions(const char *path) {
             text[tl] = '\0';
         }
     }
-    for (int g = 0; g < it.n_gold; g++) CHECK_MSG(strstr(text, it.gold[g]) != NULL, "%s: '%s' not in the needle tokens", path, it.gold[g]);
+    for (int g = 0; g < it.n_gold; g++)
+        CHECK_MSG(strstr(text, it.gold[g]) != NULL, "%s: '%s' not in the needle tokens", path, it.gold[g]);
     /* and nothing much else: the covering tokens are at most a few characters longer per value */
     CHECK_MSG(tl <= 4 * (7 + 3), "%s: needle tokens spell %zu bytes", path, tl);
     free(t);
@@ -523,8 +524,10 @@ TEST(eval_sweep_stop_and_resume) {
 static void row(FILE *f, const char *task, int length, int sample, double depth, const char *mode, const char *press,
                 int budget, double score, double needle) {
     char cfg[48], key[160];
-    if (!strcmp(press, "none")) snprintf(cfg, sizeof cfg, "full");
-    else snprintf(cfg, sizeof cfg, "%s/b%d", press, budget);
+    if (!strcmp(press, "none"))
+        snprintf(cfg, sizeof cfg, "full");
+    else
+        snprintf(cfg, sizeof cfg, "%s/b%d", press, budget);
     snprintf(key, sizeof key, "%s/%d/%d/d%g/%s/%s", task, length, sample, depth, mode, cfg);
     fprintf(f,
             "{\"key\":\"%s\",\"task\":\"%s\",\"length\":%d,\"sample\":%d,\"depth\":%g,\"mode\":\"%s\",\"press\":\"%s\","
@@ -594,8 +597,13 @@ TEST(eval_report_numbers) {
     snprintf(p, sizeof p, "%s/heatmap_niah_passkey_noise_query_agnostic.svg", dir);
     CHECK(file_has(p, "fill=\"#0CD79F\"") && file_has(p, "fill=\"#F0496E\""));
     /* clean up */
-    const char *names[] = {"results.jsonl", "summary.md", "summary.csv", "timing.csv", "niah_tiny_full_full.csv",
-                           "niah_tiny_snapkv_64.csv", "accuracy_query_agnostic.svg",
+    const char *names[] = {"results.jsonl",
+                           "summary.md",
+                           "summary.csv",
+                           "timing.csv",
+                           "niah_tiny_full_full.csv",
+                           "niah_tiny_snapkv_64.csv",
+                           "accuracy_query_agnostic.svg",
                            "heatmap_niah_passkey_noise_query_agnostic.svg"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);

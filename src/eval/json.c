@@ -22,19 +22,31 @@ void pkv_json_str(pkv_sbuf *b, const char *s) {
     pkv_sbuf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         switch (*p) {
-        case '"': pkv_sbuf_puts(b, "\\\""); break;
-        case '\\': pkv_sbuf_puts(b, "\\\\"); break;
-        case '\n': pkv_sbuf_puts(b, "\\n"); break;
-        case '\r': pkv_sbuf_puts(b, "\\r"); break;
-        case '\t': pkv_sbuf_puts(b, "\\t"); break;
+        case '"':
+            pkv_sbuf_puts(b, "\\\"");
+            break;
+        case '\\':
+            pkv_sbuf_puts(b, "\\\\");
+            break;
+        case '\n':
+            pkv_sbuf_puts(b, "\\n");
+            break;
+        case '\r':
+            pkv_sbuf_puts(b, "\\r");
+            break;
+        case '\t':
+            pkv_sbuf_puts(b, "\\t");
+            break;
         default:
             if (*p < 0x20 || *p == 0x7f) {
                 pkv_sbuf_printf(b, "\\u%04x", *p);
             } else {
                 /* generated text can hold stray bytes (byte tokens, a cut character): U+FFFD keeps the line valid */
                 int n = utf8_len(p);
-                if (n == 0) pkv_sbuf_puts(b, "\\ufffd");
-                else pkv_sbuf_add(b, (const char *)p, (size_t)n);
+                if (n == 0)
+                    pkv_sbuf_puts(b, "\\ufffd");
+                else
+                    pkv_sbuf_add(b, (const char *)p, (size_t)n);
                 p += n ? n : 1;
                 continue;
             }
@@ -45,9 +57,12 @@ void pkv_json_str(pkv_sbuf *b, const char *s) {
 }
 
 void pkv_json_num(pkv_sbuf *b, double v) {
-    if (!isfinite(v)) pkv_sbuf_puts(b, "null");
-    else if (v == floor(v) && fabs(v) < 1e15) pkv_sbuf_printf(b, "%.0f", v);
-    else pkv_sbuf_printf(b, "%.9g", v);
+    if (!isfinite(v))
+        pkv_sbuf_puts(b, "null");
+    else if (v == floor(v) && fabs(v) < 1e15)
+        pkv_sbuf_printf(b, "%.0f", v);
+    else
+        pkv_sbuf_printf(b, "%.9g", v);
 }
 
 /* ---------------------------------------------------------------- parser */
@@ -73,14 +88,13 @@ static int hex_digit(char c) {
 /* UTF-8 encoding of a code point. */
 static void put_utf8(pkv_sbuf *b, unsigned cp) {
     char u[4];
-    int n;
-    if (cp < 0x80) u[0] = (char)cp, n = 1;
-    else if (cp < 0x800) u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f)), n = 2;
-    else if (cp < 0x10000)
-        u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3f)), u[2] = (char)(0x80 | (cp & 0x3f)), n = 3;
-    else
-        u[0] = (char)(0xf0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3f)),
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3f)), u[3] = (char)(0x80 | (cp & 0x3f)), n = 4;
+    int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    static const unsigned char LEAD[5] = {0, 0x00, 0xc0, 0xe0, 0xf0};
+    for (int i = n - 1; i > 0; i--) {
+        u[i] = (char)(0x80 | (cp & 0x3f));
+        cp >>= 6;
+    }
+    u[0] = (char)(LEAD[n] | cp);
     pkv_sbuf_add(b, u, (size_t)n);
 }
 
@@ -99,14 +113,30 @@ static char *parse_string(parser *ps) {
         if (ps->p >= ps->end) goto bad;
         char e = *ps->p++;
         switch (e) {
-        case '"': pkv_sbuf_puts(&b, "\""); break;
-        case '\\': pkv_sbuf_puts(&b, "\\"); break;
-        case '/': pkv_sbuf_puts(&b, "/"); break;
-        case 'b': pkv_sbuf_puts(&b, "\b"); break;
-        case 'f': pkv_sbuf_puts(&b, "\f"); break;
-        case 'n': pkv_sbuf_puts(&b, "\n"); break;
-        case 'r': pkv_sbuf_puts(&b, "\r"); break;
-        case 't': pkv_sbuf_puts(&b, "\t"); break;
+        case '"':
+            pkv_sbuf_puts(&b, "\"");
+            break;
+        case '\\':
+            pkv_sbuf_puts(&b, "\\");
+            break;
+        case '/':
+            pkv_sbuf_puts(&b, "/");
+            break;
+        case 'b':
+            pkv_sbuf_puts(&b, "\b");
+            break;
+        case 'f':
+            pkv_sbuf_puts(&b, "\f");
+            break;
+        case 'n':
+            pkv_sbuf_puts(&b, "\n");
+            break;
+        case 'r':
+            pkv_sbuf_puts(&b, "\r");
+            break;
+        case 't':
+            pkv_sbuf_puts(&b, "\t");
+            break;
         case 'u': {
             if (ps->end - ps->p < 4) goto bad;
             unsigned cp = 0;
@@ -119,7 +149,8 @@ static char *parse_string(parser *ps) {
             put_utf8(&b, cp); /* surrogate pairs are not produced by our writer */
             break;
         }
-        default: goto bad;
+        default:
+            goto bad;
         }
     }
     if (ps->p >= ps->end) goto bad;
@@ -198,7 +229,8 @@ static bool parse_value(parser *ps, pkv_json *out) {
     if (ps->p >= ps->end || ++ps->depth > 64) return false;
     bool ok = false;
     char c = *ps->p;
-    if (c == '{' || c == '[') ok = parse_container(ps, out, c == '{');
+    if (c == '{' || c == '[')
+        ok = parse_container(ps, out, c == '{');
     else if (c == '"') {
         out->type = PKV_JSON_STR;
         out->str = parse_string(ps);

@@ -21,10 +21,10 @@ typedef enum { PKV_JSON_NULL, PKV_JSON_BOOL, PKV_JSON_NUM, PKV_JSON_STR, PKV_JSO
 typedef struct pkv_json pkv_json;
 struct pkv_json {
     pkv_json_type type;
-    double num;       /* NUM, BOOL (0/1) */
-    char *str;        /* STR; the key of an object member */
+    double num; /* NUM, BOOL (0/1) */
+    char *str;  /* STR; the key of an object member */
     char *key;
-    pkv_json *items;  /* ARR elements, OBJ members */
+    pkv_json *items; /* ARR elements, OBJ members */
     int n_items;
 };
 

@@ -157,8 +157,7 @@ typedef struct {
 
 /* Means over rows of (mode, config) and optionally task (NULL: every task,
  * grid tasks included unless no_grid), length (<= 0: all). */
-static agg aggregate(const table *t, const char *mode, const char *config, const char *task, int length,
-                     bool no_grid) {
+static agg aggregate(const table *t, const char *mode, const char *config, const char *task, int length, bool no_grid) {
     agg a = {0};
     for (int i = 0; i < t->n; i++) {
         const row *r = &t->rows[i];
@@ -228,8 +227,10 @@ static double relative_retention(const table *t, const char *mode, const char *c
 /* ---------------------------------------------------------------- output helpers */
 
 static void fmt(pkv_sbuf *b, const char *f, double v) {
-    if (isfinite(v)) pkv_sbuf_printf(b, f, v);
-    else pkv_sbuf_puts(b, "–");
+    if (isfinite(v))
+        pkv_sbuf_printf(b, f, v);
+    else
+        pkv_sbuf_puts(b, "–");
 }
 
 static void csv_num(pkv_sbuf *b, const char *f, double v) {
@@ -262,7 +263,8 @@ static void markdown_mode(pkv_sbuf *b, const table *t, const char *mode) {
     pkv_sbuf_printf(b, "\n## %s\n\n", mode);
     pkv_sbuf_puts(b, "Score (0-100, mean over samples and lengths; grid tasks over their cells).\n\n| config |");
     for (int k = 0; k < t->n_tasks; k++) pkv_sbuf_printf(b, " %s |", t->tasks[k]);
-    pkv_sbuf_puts(b, " avg | rel. retention % | needle kept % | top-1 agree % | KL | ΔNLL | kept rows / L | cache MiB (full) |\n|---|");
+    pkv_sbuf_puts(b, " avg | rel. retention % | needle kept % | top-1 agree % | KL | ΔNLL | kept rows / L | cache MiB "
+                     "(full) |\n|---|");
     for (int k = 0; k < t->n_tasks + 8; k++) pkv_sbuf_puts(b, "---:|");
     pkv_sbuf_puts(b, "\n");
     for (int c = 0; c < t->n_configs; c++) {
@@ -300,7 +302,8 @@ static void markdown_mode(pkv_sbuf *b, const table *t, const char *mode) {
     }
     if (lows.len)
         pkv_sbuf_printf(b, "\nFull cache under 50 (left out of the relative retention): %s.\n", lows.data);
-    else pkv_sbuf_puts(b, "\nThe full cache scores at least 50 on every task.\n");
+    else
+        pkv_sbuf_puts(b, "\nThe full cache scores at least 50 on every task.\n");
     pkv_sbuf_free(&lows);
 
     if (t->n_lengths > 1) {
@@ -331,15 +334,16 @@ static void markdown_mode(pkv_sbuf *b, const table *t, const char *mode) {
         }
     }
 
-    pkv_sbuf_puts(b, "\nCosts (means per result line; machine load makes them noisy).\n\n"
-                     "| config | rows | prefill s (shared) | copy + press ms | press ms | question ms | decode ms/token |\n"
-                     "|---|---:|---:|---:|---:|---:|---:|\n");
+    pkv_sbuf_puts(
+        b, "\nCosts (means per result line; machine load makes them noisy).\n\n"
+           "| config | rows | prefill s (shared) | copy + press ms | press ms | question ms | decode ms/token |\n"
+           "|---|---:|---:|---:|---:|---:|---:|\n");
     for (int c = 0; c < t->n_configs; c++) {
         const char *cfg = config_row(t, c)->config;
         agg a = aggregate(t, mode, cfg, NULL, 0, false);
         if (!a.n) continue;
-        pkv_sbuf_printf(b, "| %s | %d | %.2f | %.1f | %.1f | %.1f | ", cfg, a.n, a.prefill_s / a.n, 1e3 * a.copy_s / a.n,
-                        1e3 * a.press_s / a.n, 1e3 * a.question_s / a.n);
+        pkv_sbuf_printf(b, "| %s | %d | %.2f | %.1f | %.1f | %.1f | ", cfg, a.n, a.prefill_s / a.n,
+                        1e3 * a.copy_s / a.n, 1e3 * a.press_s / a.n, 1e3 * a.question_s / a.n);
         fmt(b, "%.1f", a.decode_steps > 0 ? 1e3 * a.decode_s / a.decode_steps : NAN);
         pkv_sbuf_puts(b, " |\n");
     }
@@ -351,13 +355,14 @@ static int write_markdown(const table *t, const pkv_eval_report_opts *o, pkv_err
     if (o->command) pkv_sbuf_printf(&b, "Command:\n\n```\n%s\n```\n\n", o->command);
     pkv_sbuf_printf(&b, "%d result lines; %d configs; tasks:", t->n, t->n_configs);
     for (int k = 0; k < t->n_tasks; k++) pkv_sbuf_printf(&b, " %s", t->tasks[k]);
-    pkv_sbuf_puts(&b, ".\n\nPrompts are RULER-equivalent in construction and distribution, not byte-identical "
-                      "(own PRNG, word lists and essay-synthetic prose). \"avg\" is the unweighted mean over the "
-                      "tasks shown (an offline RULER-synth subset plus extras, not RULER). \"rel. retention\" is the "
-                      "mean of score / full-cache score over the tasks where the full cache scores at least 50. "
-                      "Needle kept: fraction of the answer's token positions still in the cache, over full-attention "
-                      "layers and heads. Top-1 agree / KL: the first generated tokens, teacher-forced on the full "
-                      "cache's. ΔNLL: mean per-token NLL of the gold continuation, this config minus the full cache.\n");
+    pkv_sbuf_puts(&b,
+                  ".\n\nPrompts are RULER-equivalent in construction and distribution, not byte-identical "
+                  "(own PRNG, word lists and essay-synthetic prose). \"avg\" is the unweighted mean over the "
+                  "tasks shown (an offline RULER-synth subset plus extras, not RULER). \"rel. retention\" is the "
+                  "mean of score / full-cache score over the tasks where the full cache scores at least 50. "
+                  "Needle kept: fraction of the answer's token positions still in the cache, over full-attention "
+                  "layers and heads. Top-1 agree / KL: the first generated tokens, teacher-forced on the full "
+                  "cache's. ΔNLL: mean per-token NLL of the gold continuation, this config minus the full cache.\n");
     for (int m = 0; m < t->n_modes; m++) markdown_mode(&b, t, t->modes[m]);
     int rc = write_file(o->out_dir, "summary.md", &b, err);
     pkv_sbuf_free(&b);
@@ -370,9 +375,11 @@ static void csv_line(pkv_sbuf *b, const table *t, const char *mode, const row *c
     agg a = aggregate(t, mode, c->config, task, length, false);
     if (!a.n) return;
     agg f = aggregate(t, mode, "full", task, length, false);
-    if (length > 0) pkv_sbuf_printf(b, "%s,%s,%d,%s,%s,%d,%g,%d", mode, task, length, c->config, c->press, c->budget,
-                                    c->ratio, a.n);
-    else pkv_sbuf_printf(b, "%s,%s,all,%s,%s,%d,%g,%d", mode, task, c->config, c->press, c->budget, c->ratio, a.n);
+    if (length > 0)
+        pkv_sbuf_printf(b, "%s,%s,%d,%s,%s,%d,%g,%d", mode, task, length, c->config, c->press, c->budget, c->ratio,
+                        a.n);
+    else
+        pkv_sbuf_printf(b, "%s,%s,all,%s,%s,%d,%g,%d", mode, task, c->config, c->press, c->budget, c->ratio, a.n);
     csv_num(b, "%.4f", a.score);
     csv_num(b, "%.4f", f.n ? f.score : NAN);
     csv_num(b, "%.4f", f.n && f.score > 0 ? 100.0 * a.score / f.score : NAN);
@@ -391,7 +398,8 @@ static int write_csvs(const table *t, const pkv_eval_report_opts *o, pkv_error *
     pkv_sbuf b = {0}, tb = {0};
     pkv_sbuf_puts(&b, "mode,task,length,config,press,budget,ratio,n,score,full_score,relative,needle_kept,agree_top1,"
                       "kl,nll_diff,kept_rows,L,cache_bytes,cache_bytes_full\n");
-    pkv_sbuf_puts(&tb, "mode,config,press,budget,ratio,rows,prefill_s,copy_ms,press_ms,question_ms,decode_ms_per_token\n");
+    pkv_sbuf_puts(&tb,
+                  "mode,config,press,budget,ratio,rows,prefill_s,copy_ms,press_ms,question_ms,decode_ms_per_token\n");
     for (int m = 0; m < t->n_modes; m++)
         for (int c = 0; c < t->n_configs; c++) {
             const row *cr = config_row(t, c);
@@ -448,9 +456,12 @@ static agg grid_cell(const table *t, const char *mode, const char *config, const
 }
 
 static void budget_name(const row *c, char *buf, size_t len) {
-    if (!strcmp(c->press, "none")) snprintf(buf, len, "full");
-    else if (c->budget > 0) snprintf(buf, len, "%d", c->budget);
-    else snprintf(buf, len, "r%g", c->ratio);
+    if (!strcmp(c->press, "none"))
+        snprintf(buf, len, "full");
+    else if (c->budget > 0)
+        snprintf(buf, len, "%d", c->budget);
+    else
+        snprintf(buf, len, "r%g", c->ratio);
 }
 
 /* niah_<model>_<method>_<budget>.csv (§2.3), one per config that has grid rows */
@@ -479,8 +490,8 @@ static int write_niah_csvs(const table *t, const pkv_eval_report_opts *o, pkv_er
         if (lines) {
             char bud[32], name[256];
             budget_name(cr, bud, sizeof bud);
-            snprintf(name, sizeof name, "niah_%s_%s_%s.csv", o->model_name, !strcmp(cr->press, "none") ? "full" : cr->press,
-                     bud);
+            snprintf(name, sizeof name, "niah_%s_%s_%s.csv", o->model_name,
+                     !strcmp(cr->press, "none") ? "full" : cr->press, bud);
             rc = write_file(o->out_dir, name, &b, err);
         }
         pkv_sbuf_free(&b);
@@ -517,10 +528,14 @@ static const char *press_color(const char *press, int index) {
 static void svg_text(pkv_sbuf *b, double x, double y, const char *anchor, int size, const char *text) {
     pkv_sbuf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%d\">", x, y, anchor, size);
     for (const char *p = text; *p; p++) {
-        if (*p == '<') pkv_sbuf_puts(b, "&lt;");
-        else if (*p == '>') pkv_sbuf_puts(b, "&gt;");
-        else if (*p == '&') pkv_sbuf_puts(b, "&amp;");
-        else pkv_sbuf_add(b, p, 1);
+        if (*p == '<')
+            pkv_sbuf_puts(b, "&lt;");
+        else if (*p == '>')
+            pkv_sbuf_puts(b, "&gt;");
+        else if (*p == '&')
+            pkv_sbuf_puts(b, "&amp;");
+        else
+            pkv_sbuf_add(b, p, 1);
     }
     pkv_sbuf_puts(b, "</text>\n");
 }
@@ -539,8 +554,8 @@ static int press_list(const table *t, const char **out, int max) {
 }
 
 /* One panel of the accuracy plot: x = budgets (by_budget) or ratios. */
-static void accuracy_panel(pkv_sbuf *b, const table *t, const char *mode, bool by_budget, double x0, double y0, double w,
-                           double h, const char **presses, int n_presses) {
+static void accuracy_panel(pkv_sbuf *b, const table *t, const char *mode, bool by_budget, double x0, double y0,
+                           double w, double h, const char **presses, int n_presses) {
     double xs[64];
     int nx = 0;
     for (int c = 0; c < t->n_configs; c++) {
@@ -557,12 +572,14 @@ static void accuracy_panel(pkv_sbuf *b, const table *t, const char *mode, bool b
             xs[j] = xs[j - 1];
             xs[j - 1] = v;
         }
-    pkv_sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n", x0,
-                    y0, w, h);
-    svg_text(b, x0 + w / 2, y0 - 8, "middle", 13, by_budget ? "by budget (rows kept per head)" : "by ratio (fraction removed)");
+    pkv_sbuf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#888\"/>\n",
+                    x0, y0, w, h);
+    svg_text(b, x0 + w / 2, y0 - 8, "middle", 13,
+             by_budget ? "by budget (rows kept per head)" : "by ratio (fraction removed)");
     for (int g = 0; g <= 100; g += 20) {
         double y = y0 + h - h * g / 100.0;
-        pkv_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x0, y, x0 + w, y);
+        pkv_sbuf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", x0, y, x0 + w,
+                        y);
         char lab[8];
         snprintf(lab, sizeof lab, "%d", g);
         svg_text(b, x0 - 5, y + 4, "end", 11, lab);
@@ -574,24 +591,27 @@ static void accuracy_panel(pkv_sbuf *b, const table *t, const char *mode, bool b
     double step = w / nx;
     for (int i = 0; i < nx; i++) {
         char lab[32];
-        if (by_budget) snprintf(lab, sizeof lab, "%g", xs[i]);
-        else snprintf(lab, sizeof lab, "%g", xs[i]);
+        if (by_budget)
+            snprintf(lab, sizeof lab, "%g", xs[i]);
+        else
+            snprintf(lab, sizeof lab, "%g", xs[i]);
         svg_text(b, x0 + step * (i + 0.5), y0 + h + 16, "middle", 11, lab);
     }
     /* the full cache: a dashed line */
     double full = task_average(t, mode, "full", 0);
     if (isfinite(full)) {
         double y = y0 + h - h * full / 100.0;
-        pkv_sbuf_printf(b,
-                        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-dasharray=\"6 4\"/>\n",
-                        x0, y, x0 + w, y);
+        pkv_sbuf_printf(
+            b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-dasharray=\"6 4\"/>\n", x0,
+            y, x0 + w, y);
     }
     for (int p = 0; p < n_presses; p++) {
         pkv_sbuf pts = {0};
         for (int i = 0; i < nx; i++)
             for (int c = 0; c < t->n_configs; c++) {
                 const row *r = config_row(t, c);
-                if (strcmp(r->press, presses[p]) || (by_budget ? r->budget != xs[i] : (r->budget > 0 || r->ratio != xs[i])))
+                if (strcmp(r->press, presses[p]) ||
+                    (by_budget ? r->budget != xs[i] : (r->budget > 0 || r->ratio != xs[i])))
                     continue;
                 double v = task_average(t, mode, r->config, 0);
                 if (!isfinite(v)) continue;
@@ -612,10 +632,11 @@ static int write_accuracy_svg(const table *t, const pkv_eval_report_opts *o, con
     int np = press_list(t, presses, 32);
     double W = 980, H = 400;
     pkv_sbuf b = {0};
-    pkv_sbuf_printf(&b,
-                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n"
-                    "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                    W, H);
+    pkv_sbuf_printf(
+        &b,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n"
+        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+        W, H);
     char title[256];
     snprintf(title, sizeof title, "%s: average score vs compression (%s)", o->model_name, mode);
     svg_text(&b, W / 2, 22, "middle", 15, title);
@@ -624,13 +645,15 @@ static int write_accuracy_svg(const table *t, const pkv_eval_report_opts *o, con
     svg_text(&b, 20, 200, "middle", 12, "score");
     /* legend */
     double lx = 830, ly = 70;
-    pkv_sbuf_printf(&b, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#333\" stroke-dasharray=\"6 4\"/>\n",
-                    lx, ly, lx + 24, ly);
+    pkv_sbuf_printf(
+        &b, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#333\" stroke-dasharray=\"6 4\"/>\n", lx,
+        ly, lx + 24, ly);
     svg_text(&b, lx + 30, ly + 4, "start", 12, "full cache");
     for (int p = 0; p < np; p++) {
         double y = ly + 20 * (p + 1);
-        pkv_sbuf_printf(&b, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>\n", lx,
-                        y, lx + 24, y, press_color(presses[p], p));
+        pkv_sbuf_printf(&b,
+                        "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2\"/>\n",
+                        lx, y, lx + 24, y, press_color(presses[p], p));
         svg_text(&b, lx + 30, y + 4, "start", 12, presses[p]);
     }
     pkv_sbuf_puts(&b, "</svg>\n");
@@ -660,10 +683,11 @@ static int write_heatmap_svg(const table *t, const pkv_eval_report_opts *o, cons
     double pw = 50 + nl * cw + 20, ph = 40 + nd * ch + 30;
     double W = pad + max_cols * pw, H = 70 + np * ph + 60;
     pkv_sbuf b = {0};
-    pkv_sbuf_printf(&b,
-                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n"
-                    "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-                    W, H);
+    pkv_sbuf_printf(
+        &b,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n"
+        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+        W, H);
     char title[256];
     snprintf(title, sizeof title, "%s: %s (%s), score 0-100; rows: depth %%, columns: token limit", o->model_name, task,
              mode);
@@ -685,8 +709,10 @@ static int write_heatmap_svg(const table *t, const pkv_eval_report_opts *o, cons
                     char color[8];
                     pkv_eval_heat_color(a.score, color);
                     double x = px + 50 + l * cw, y = py + 24 + d * ch;
-                    pkv_sbuf_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\"/>\n",
-                                    x, y, cw, ch, a.n ? color : "#dddddd");
+                    pkv_sbuf_printf(
+                        &b,
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\"/>\n",
+                        x, y, cw, ch, a.n ? color : "#dddddd");
                     if (a.n) {
                         char v[16];
                         snprintf(v, sizeof v, "%.0f", a.score);
@@ -706,7 +732,8 @@ static int write_heatmap_svg(const table *t, const pkv_eval_report_opts *o, cons
     for (int i = 0; i < 50; i++) {
         char color[8];
         pkv_eval_heat_color(i * 2.0 + 1.0, color);
-        pkv_sbuf_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"4\" height=\"12\" fill=\"%s\"/>\n", bx + i * 4, by, color);
+        pkv_sbuf_printf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"4\" height=\"12\" fill=\"%s\"/>\n", bx + i * 4, by,
+                        color);
     }
     svg_text(&b, bx, by + 26, "start", 10, "0");
     svg_text(&b, bx + 100, by + 26, "middle", 10, "50");

@@ -43,8 +43,10 @@ int pkv_eval_config_init(pkv_eval_config *c, const char *press, int budget, doub
     if (!full) {
         c->budget = budget;
         c->ratio = budget > 0 ? 0.0 : ratio;
-        if (budget > 0) snprintf(text, sizeof text, "%d", budget);
-        else snprintf(text, sizeof text, "%.17g", ratio);
+        if (budget > 0)
+            snprintf(text, sizeof text, "%d", budget);
+        else
+            snprintf(text, sizeof text, "%.17g", ratio);
         if (pkv_press_cfg_set(c->cfg, budget > 0 ? "budget" : "ratio", text, err)) goto fail;
         /* options: "key=value" for every press that has the key, "press.key=value" for one press */
         for (int i = 0; i < n_opts; i++) {
@@ -65,8 +67,10 @@ int pkv_eval_config_init(pkv_eval_config *c, const char *press, int budget, doub
             pkv_sbuf_printf(&applied, " %s=%s", key, eq + 1);
         }
         if (pkv_press_cfg_check(c->cfg, err)) goto fail;
-        if (budget > 0) snprintf(c->label, sizeof c->label, "%s/b%d", press, budget);
-        else snprintf(c->label, sizeof c->label, "%s/r%g", press, ratio);
+        if (budget > 0)
+            snprintf(c->label, sizeof c->label, "%s/b%d", press, budget);
+        else
+            snprintf(c->label, sizeof c->label, "%s/r%g", press, ratio);
     } else {
         snprintf(c->label, sizeof c->label, "full");
     }
@@ -189,8 +193,8 @@ struct pkv_eval_runner {
     /* the full cache's greedy continuation and log-probabilities of its first agree_k steps */
     int32_t *full_tokens;
     int n_full;
-    float *full_logp;   /* [agree_k][n_vocab] */
-    float *logp;        /* [n_vocab] scratch */
+    float *full_logp; /* [agree_k][n_vocab] */
+    float *logp;      /* [n_vocab] scratch */
     double nll_full;
     pkv_eval_result full; /* the full cache's outcome of the current item and mode (prediction owned) */
 };
@@ -277,7 +281,7 @@ typedef struct {
     int k_eff;
     int matched;
     double kl_sum;
-    int first;   /* teacher-forced rows: row j is step j + 1; steps below first are already counted */
+    int first; /* teacher-forced rows: row j is step j + 1; steps below first are already counted */
 } agree_acc;
 
 static void agree_step(agree_acc *a, int step, const float *logits) {
@@ -330,8 +334,8 @@ static int reference_nll(pkv_eval_runner *r, const int32_t *ref, int n_ref, doub
 
 /* Needle retention per full-attention layer and head, and mean kept rows, of
  * r->work; *unchanged when the press kept every row of r->src. */
-static int measure_cache(pkv_eval_runner *r, const int32_t *needle, int n_needle, pkv_eval_result *res,
-                         bool *unchanged, pkv_error *err) {
+static int measure_cache(pkv_eval_runner *r, const int32_t *needle, int n_needle, pkv_eval_result *res, bool *unchanged,
+                         pkv_error *err) {
     pkv_session *s = r->work;
     int n_layers = pkv_session_n_layers(s);
     res->n_full_layers = 0;
@@ -362,9 +366,12 @@ static int measure_cache(pkv_eval_runner *r, const int32_t *needle, int n_needle
             /* both ascending: merge */
             int kept = 0;
             for (int a = 0, b = 0; a < n_needle && b < n;) {
-                if (needle[a] == pos[b]) kept++, a++, b++;
-                else if (needle[a] < pos[b]) a++;
-                else b++;
+                if (needle[a] == pos[b])
+                    kept++, a++, b++;
+                else if (needle[a] < pos[b])
+                    a++;
+                else
+                    b++;
             }
             res->needle_kept[i * res->n_heads + h] = (double)kept / n_needle;
         }
@@ -400,8 +407,7 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
     for (int step = 0;; step++) {
         const float *logits = pkv_logits(r->tmp);
         int32_t tok = argmax(logits, r->n_vocab);
-        if (record && step < r->opts.agree_k)
-            log_softmax(logits, r->n_vocab, r->full_logp + (size_t)step * r->n_vocab);
+        if (record && step < r->opts.agree_k) log_softmax(logits, r->n_vocab, r->full_logp + (size_t)step * r->n_vocab);
         if (a && *diverged < 0 && step < a->k_eff) {
             agree_step(a, step, logits);
             if (tok != r->full_tokens[step]) *diverged = step;
@@ -412,7 +418,8 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
         if (len < 0) len = 0;
         if (task->stop_newline && memchr(piece, '\n', (size_t)len)) {
             bool has_text = false;
-            for (size_t i = 0; i < text->len && !has_text; i++) has_text = text->data[i] != ' ' && text->data[i] != '\n';
+            for (size_t i = 0; i < text->len && !has_text; i++)
+                has_text = text->data[i] != ' ' && text->data[i] != '\n';
             if (has_text) {
                 pkv_sbuf_add(text, piece, (size_t)((char *)memchr(piece, '\n', (size_t)len) - piece));
                 res->n_gen++;
@@ -500,9 +507,9 @@ static int reuse_full(pkv_eval_runner *r, pkv_eval_result *res) {
 }
 
 /* One config: copy + compress, question, decode, metrics. */
-static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item,
-                      const item_tokens *t, pkv_eval_mode mode, const pkv_eval_config *c, bool is_full,
-                      pkv_eval_result *res, pkv_error *err) {
+static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item, const item_tokens *t,
+                      pkv_eval_mode mode, const pkv_eval_config *c, bool is_full, pkv_eval_result *res,
+                      pkv_error *err) {
     res->mode = mode;
     res->config = c;
     res->pass = -1;
@@ -510,6 +517,7 @@ static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
     res->n_question = t->n_q;
     res->n_compressible = t->n_ctx + (mode == PKV_EVAL_QUERY_AWARE ? t->n_q : 0);
     res->n_needle_tokens = t->n_needle;
+    res->needle_positions = t->needle;
     res->n_ref = t->n_ref;
     pkv_prefill_stats cs;
     if (pkv_session_copy(r->work, r->src, is_full ? NULL : c->cfg, &cs, err)) return -1;
@@ -572,9 +580,9 @@ static void result_free(pkv_eval_result *res) {
     memset(res, 0, sizeof *res);
 }
 
-int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item,
-                      pkv_eval_mode mode, const pkv_eval_config *configs, int n_configs, const bool *skip,
-                      pkv_eval_emit_fn emit, void *user, pkv_error *err) {
+int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item, pkv_eval_mode mode,
+                      const pkv_eval_config *configs, int n_configs, const bool *skip, pkv_eval_emit_fn emit,
+                      void *user, pkv_error *err) {
     pkv_error_clear(err);
     if (n_configs < 1 || strcmp(configs[0].press, "none"))
         return pkv_fail(err, PKV_ERR_ARG, "the first configuration must be the full cache (press none)");

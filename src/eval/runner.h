@@ -28,11 +28,11 @@ const char *pkv_eval_mode_name(pkv_eval_mode mode);
 /* One press at one budget (or ratio); press "none" is the full cache. */
 typedef struct {
     char press[32];
-    int budget;          /* > 0: rows per head per layer */
-    double ratio;        /* used when budget == 0 (and press is not none) */
-    pkv_press_cfg *cfg;  /* owned */
-    char label[48];      /* "full", "snapkv/b128", "snapkv/r0.5" */
-    char describe[160];  /* pkv_press_cfg_describe: every option that changes the result */
+    int budget;         /* > 0: rows per head per layer */
+    double ratio;       /* used when budget == 0 (and press is not none) */
+    pkv_press_cfg *cfg; /* owned */
+    char label[48];     /* "full", "snapkv/b128", "snapkv/r0.5" */
+    char describe[160]; /* pkv_press_cfg_describe: every option that changes the result */
 } pkv_eval_config;
 
 /* Builds a configuration; opts are "key=value" strings applied when the press
@@ -46,44 +46,45 @@ void pkv_eval_config_free(pkv_eval_config *c);
 typedef struct {
     pkv_eval_mode mode;
     const pkv_eval_config *config;
-    char *prediction;        /* generated text */
+    char *prediction; /* generated text */
     int n_gen;
-    double score;            /* the task's metric in [0, 1] */
-    int pass;                /* NIAH-classic pass flag; -1 for other tasks */
+    double score; /* the task's metric in [0, 1] */
+    int pass;     /* NIAH-classic pass flag; -1 for other tasks */
 
-    int n_context, n_question; /* tokens */
-    int n_compressible;        /* L: context (agnostic) or context + question (aware) */
-    double kept_rows;          /* mean rows per head over full-attention layers after the press */
+    int n_context, n_question;              /* tokens */
+    int n_compressible;                     /* L: context (agnostic) or context + question (aware) */
+    double kept_rows;                       /* mean rows per head over full-attention layers after the press */
     uint64_t cache_bytes, cache_bytes_full; /* whole model, right after the press */
 
-    int agree_k;             /* steps compared with the full cache (<= --agree-k) */
-    double agree_top1;       /* fraction of those steps whose argmax equals the full cache's token */
-    double kl;               /* mean KL(full || this) over them, nats */
-    int n_ref;               /* tokens of the gold continuation */
-    double nll, nll_full;    /* mean NLL per token of the gold continuation, teacher-forced */
+    int agree_k;          /* steps compared with the full cache (<= --agree-k) */
+    double agree_top1;    /* fraction of those steps whose argmax equals the full cache's token */
+    double kl;            /* mean KL(full || this) over them, nats */
+    int n_ref;            /* tokens of the gold continuation */
+    double nll, nll_full; /* mean NLL per token of the gold continuation, teacher-forced */
 
-    int n_needle_tokens;     /* answer-bearing token positions in the context (0: none) */
+    int n_needle_tokens; /* answer-bearing token positions in the context (0: none) */
+    const int32_t *needle_positions; /* [n_needle_tokens], valid while the result is emitted */
     int n_full_layers, n_heads;
-    int full_layers[64];     /* indices of the full-attention layers */
-    double *needle_kept;     /* [n_full_layers * n_heads] fraction of needle positions kept */
+    int full_layers[64]; /* indices of the full-attention layers */
+    double *needle_kept; /* [n_full_layers * n_heads] fraction of needle positions kept */
 
     double prefill_seconds;  /* the shared prefill */
     double copy_seconds;     /* copy + compression */
     double press_seconds;    /* the press's selection (within copy) */
     double question_seconds; /* question prefill on the compressed cache (agnostic) */
     double decode_seconds;
-    int n_decoded;           /* forward steps of the greedy decode */
-    bool reused_full;        /* nothing was evicted: the full cache's outcome, not decoded again */
+    int n_decoded;    /* forward steps of the greedy decode */
+    bool reused_full; /* nothing was evicted: the full cache's outcome, not decoded again */
 } pkv_eval_result;
 
 typedef struct pkv_eval_runner pkv_eval_runner;
 
 typedef struct {
     int n_threads;
-    int n_ctx;         /* context of the sessions (largest length + decode room) */
-    int keep_window;   /* largest press window among the configs */
-    bool attn_sums;    /* some config needs per-row attention sums (h2o) */
-    int agree_k;       /* first k generated tokens compared with the full cache; 0: off */
+    int n_ctx;                   /* context of the sessions (largest length + decode room) */
+    int keep_window;             /* largest press window among the configs */
+    bool attn_sums;              /* some config needs per-row attention sums (h2o) */
+    int agree_k;                 /* first k generated tokens compared with the full cache; 0: off */
     volatile sig_atomic_t *stop; /* may be NULL; when set, the item stops with PKV_ERR_INTERRUPTED */
 } pkv_eval_runner_opts;
 
@@ -98,9 +99,9 @@ typedef int (*pkv_eval_emit_fn)(void *user, const pkv_eval_result *res, pkv_erro
  * cache ("none"); it always runs (the agreement metrics need it) but is
  * emitted only if !skip[0]. Configs with skip[i] set are not run. emit is
  * called as each config finishes; a non-zero return stops the item. */
-int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item,
-                      pkv_eval_mode mode, const pkv_eval_config *configs, int n_configs, const bool *skip,
-                      pkv_eval_emit_fn emit, void *user, pkv_error *err);
+int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item, pkv_eval_mode mode,
+                      const pkv_eval_config *configs, int n_configs, const bool *skip, pkv_eval_emit_fn emit,
+                      void *user, pkv_error *err);
 
 /* Token counter for the length fitting with the model's tokenizer (user = model). */
 int pkv_eval_count_tokens(void *model, const pkv_eval_item *item, pkv_error *err);

@@ -138,10 +138,18 @@ double pkv_score(pkv_metric metric, const char *pred, const char *const *gold, i
     pkv_score_postprocess(pred, clean, (int)cap);
     double s = 0.0;
     switch (metric) {
-    case PKV_METRIC_MATCH_ALL: s = pkv_score_match_all(clean, gold, n_gold); break;
-    case PKV_METRIC_MATCH_PART: s = pkv_score_match_part(clean, gold, n_gold); break;
-    case PKV_METRIC_FIRST_INT: s = n_gold > 0 ? pkv_score_first_int(clean, gold[0]) : 0.0; break;
-    case PKV_METRIC_ROUGE1: s = n_gold > 0 ? pkv_score_rouge1_recall(clean, gold[0]) : 0.0; break;
+    case PKV_METRIC_MATCH_ALL:
+        s = pkv_score_match_all(clean, gold, n_gold);
+        break;
+    case PKV_METRIC_MATCH_PART:
+        s = pkv_score_match_part(clean, gold, n_gold);
+        break;
+    case PKV_METRIC_FIRST_INT:
+        s = n_gold > 0 ? pkv_score_first_int(clean, gold[0]) : 0.0;
+        break;
+    case PKV_METRIC_ROUGE1:
+        s = n_gold > 0 ? pkv_score_rouge1_recall(clean, gold[0]) : 0.0;
+        break;
     }
     free(clean);
     return s;

@@ -113,6 +113,9 @@ char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint6
     num_field(&b, "nll_full", r->nll_full);
     num_field(&b, "nll_diff", r->nll - r->nll_full);
     num_field(&b, "needle_tokens", r->n_needle_tokens);
+    pkv_sbuf_puts(&b, ",\"needle_positions\":[");
+    for (int i = 0; i < r->n_needle_tokens; i++) pkv_sbuf_printf(&b, "%s%d", i ? "," : "", r->needle_positions[i]);
+    pkv_sbuf_puts(&b, "]");
     if (r->needle_kept && r->n_full_layers > 0 && r->n_heads > 0) {
         double sum = 0;
         for (int i = 0; i < r->n_full_layers * r->n_heads; i++) sum += r->needle_kept[i];
@@ -156,8 +159,10 @@ static int lower_bound(const pkv_key_set *s, const char *key) {
     int lo = 0, hi = s->n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (strcmp(s->keys[mid], key) < 0) lo = mid + 1;
-        else hi = mid;
+        if (strcmp(s->keys[mid], key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -342,7 +347,7 @@ int pkv_jsonl_merge(const char *dst, const char *src, pkv_key_set *keys, pkv_err
 
 typedef struct {
     char *key;
-    long rank;  /* canonical position; keys outside the plan come after */
+    long rank; /* canonical position; keys outside the plan come after */
     size_t off, len;
 } line_ref;
 
@@ -520,8 +525,10 @@ int pkv_eval_sweep(const pkv_eval_plan *plan, const pkv_eval_sweep_opts *opts, p
                 pkv_eval_row_key(&units[u], plan->modes[m], &plan->configs[c], key, sizeof key);
                 bool done = opts->done && pkv_key_set_has(opts->done, key);
                 skip[((size_t)u * plan->n_modes + m) * plan->n_configs + c] = done;
-                if (done) prog.skipped++;
-                else prog.total++;
+                if (done)
+                    prog.skipped++;
+                else
+                    prog.total++;
             }
     pkv_eval_runner *runner = NULL;
     pkv_eval_fitter fitter;

@@ -36,10 +36,10 @@ typedef struct {
     /* what to run */
     const pkv_eval_task **tasks;
     int n_tasks;
-    const int *lengths;         /* RULER-style tasks */
+    const int *lengths; /* RULER-style tasks */
     int n_lengths;
     int samples;
-    const int *grid_lengths;    /* grid tasks */
+    const int *grid_lengths; /* grid tasks */
     int n_grid_lengths;
     const double *grid_depths;
     int n_grid_depths;
@@ -98,23 +98,23 @@ void pkv_jsonl_close(pkv_jsonl_writer *w);
 /* ---------------------------------------------------------------- running */
 
 typedef struct {
-    int done, total;        /* result lines of this process: finished (this session) and to do */
-    int skipped;            /* already present at the start */
+    int done, total; /* result lines of this process: finished (this session) and to do */
+    int skipped;     /* already present at the start */
     const pkv_eval_unit *unit;
     pkv_eval_mode mode;
-    double elapsed;         /* seconds since the sweep started */
+    double elapsed;              /* seconds since the sweep started */
     const pkv_eval_result *last; /* the result just written (NULL at a unit's start) */
 } pkv_eval_progress;
 
 typedef struct {
     pkv_model *model;
     pkv_eval_runner_opts runner;
-    const char *rows_path;  /* where this process appends */
-    int rank, n_ranks;      /* units i with i % n_ranks == rank */
+    const char *rows_path; /* where this process appends */
+    int rank, n_ranks;     /* units i with i % n_ranks == rank */
     const pkv_key_set *done;
     void (*progress)(void *user, const pkv_eval_progress *p);
     void *user;
-    volatile sig_atomic_t *stop;     /* set (e.g. by SIGINT) to stop at the next layer boundary */
+    volatile sig_atomic_t *stop;        /* set (e.g. by SIGINT) to stop at the next layer boundary */
     pkv_eval_runner *volatile *running; /* receives the runner while it runs (to interrupt it); may be NULL */
 } pkv_eval_sweep_opts;
 

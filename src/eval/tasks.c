@@ -15,10 +15,12 @@
 
 /* ---------------------------------------------------------------- the task table */
 
-#define NIAH(nm, hay, k, v, nk, nv, nq, cap, sum)                                                            \
-    {.name = nm, .kind = PKV_TASK_NIAH, .haystack = hay, .key = k, .value = v, .n_keys = nk, .n_values = nv, \
-     .n_queries = nq, .tokens_to_generate = 128, .max_new_tokens = cap, .metric = PKV_METRIC_MATCH_ALL,        \
-     .summary = sum}
+#define NIAH(nm, hay, k, v, nk, nv, nq, cap, sum)                                                                      \
+    {                                                                                                                  \
+        .name = nm, .kind = PKV_TASK_NIAH, .haystack = hay, .key = k, .value = v, .n_keys = nk, .n_values = nv,        \
+        .n_queries = nq, .tokens_to_generate = 128, .max_new_tokens = cap, .metric = PKV_METRIC_MATCH_ALL,             \
+        .summary = sum                                                                                                 \
+    }
 
 static const pkv_eval_task TASKS[] = {
     NIAH("niah_single_1", PKV_HAY_NOISE, PKV_RAND_WORDS, PKV_RAND_NUMBERS, 1, 1, 1, 24,
@@ -37,24 +39,63 @@ static const pkv_eval_task TASKS[] = {
          "4 values share one key in prose"),
     NIAH("niah_multiquery", PKV_HAY_ESSAY, PKV_RAND_WORDS, PKV_RAND_NUMBERS, 4, 1, 4, 64,
          "4 keys queried at once in prose"),
-    {.name = "vt", .kind = PKV_TASK_VT, .tokens_to_generate = 30, .max_new_tokens = 30,
-     .metric = PKV_METRIC_MATCH_ALL, .summary = "variable tracking: a 5-variable chain in filler lines"},
-    {.name = "cwe", .kind = PKV_TASK_CWE, .tokens_to_generate = 120, .max_new_tokens = 64,
-     .metric = PKV_METRIC_MATCH_ALL, .summary = "common words extraction: the 10 most repeated words of a list"},
-    {.name = "fwe", .kind = PKV_TASK_FWE, .tokens_to_generate = 50, .max_new_tokens = 50,
-     .metric = PKV_METRIC_MATCH_ALL, .summary = "frequent words extraction: the 3 most frequent coded words (Zipf)"},
-    {.name = "longeval_lines", .kind = PKV_TASK_LONGEVAL, .tokens_to_generate = 32, .max_new_tokens = 16,
-     .metric = PKV_METRIC_FIRST_INT, .summary = "LongEval-Lines: the register value of one of many lines"},
-    {.name = "niah_passkey_noise", .kind = PKV_TASK_NIAH, .haystack = PKV_HAY_NOISE, .key = PKV_RAND_WORDS,
-     .value = PKV_RAND_NUMBERS, .n_keys = 1, .n_values = 1, .n_queries = 1, .grid = true, .tokens_to_generate = 128,
-     .max_new_tokens = 24, .metric = PKV_METRIC_MATCH_ALL,
+    {.name = "vt",
+     .kind = PKV_TASK_VT,
+     .tokens_to_generate = 30,
+     .max_new_tokens = 30,
+     .metric = PKV_METRIC_MATCH_ALL,
+     .summary = "variable tracking: a 5-variable chain in filler lines"},
+    {.name = "cwe",
+     .kind = PKV_TASK_CWE,
+     .tokens_to_generate = 120,
+     .max_new_tokens = 64,
+     .metric = PKV_METRIC_MATCH_ALL,
+     .summary = "common words extraction: the 10 most repeated words of a list"},
+    {.name = "fwe",
+     .kind = PKV_TASK_FWE,
+     .tokens_to_generate = 50,
+     .max_new_tokens = 50,
+     .metric = PKV_METRIC_MATCH_ALL,
+     .summary = "frequent words extraction: the 3 most frequent coded words (Zipf)"},
+    {.name = "longeval_lines",
+     .kind = PKV_TASK_LONGEVAL,
+     .tokens_to_generate = 32,
+     .max_new_tokens = 16,
+     .metric = PKV_METRIC_FIRST_INT,
+     .summary = "LongEval-Lines: the register value of one of many lines"},
+    {.name = "niah_passkey_noise",
+     .kind = PKV_TASK_NIAH,
+     .haystack = PKV_HAY_NOISE,
+     .key = PKV_RAND_WORDS,
+     .value = PKV_RAND_NUMBERS,
+     .n_keys = 1,
+     .n_values = 1,
+     .n_queries = 1,
+     .grid = true,
+     .tokens_to_generate = 128,
+     .max_new_tokens = 24,
+     .metric = PKV_METRIC_MATCH_ALL,
      .summary = "grid: niah_single_1 with the needle at a given depth"},
-    {.name = "niah_passkey_essay", .kind = PKV_TASK_NIAH, .haystack = PKV_HAY_ESSAY, .key = PKV_RAND_WORDS,
-     .value = PKV_RAND_NUMBERS, .n_keys = 1, .n_values = 1, .n_queries = 1, .grid = true, .tokens_to_generate = 128,
-     .max_new_tokens = 24, .metric = PKV_METRIC_MATCH_ALL,
+    {.name = "niah_passkey_essay",
+     .kind = PKV_TASK_NIAH,
+     .haystack = PKV_HAY_ESSAY,
+     .key = PKV_RAND_WORDS,
+     .value = PKV_RAND_NUMBERS,
+     .n_keys = 1,
+     .n_values = 1,
+     .n_queries = 1,
+     .grid = true,
+     .tokens_to_generate = 128,
+     .max_new_tokens = 24,
+     .metric = PKV_METRIC_MATCH_ALL,
      .summary = "grid: niah_single_2 with the needle at a given depth"},
-    {.name = "niah_classic", .kind = PKV_TASK_CLASSIC, .grid = true, .tokens_to_generate = 50, .max_new_tokens = 48,
-     .metric = PKV_METRIC_ROUGE1, .stop_newline = true,
+    {.name = "niah_classic",
+     .kind = PKV_TASK_CLASSIC,
+     .grid = true,
+     .tokens_to_generate = 50,
+     .max_new_tokens = 48,
+     .metric = PKV_METRIC_ROUGE1,
+     .stop_newline = true,
      .summary = "grid: the San Francisco needle, story-book prompt, ROUGE-1 recall"},
 };
 enum { N_TASKS = sizeof TASKS / sizeof TASKS[0] };
@@ -74,13 +115,16 @@ const int pkv_ruler_depths[40] = {0,  3,  5,  8,  10, 13, 15, 18, 21, 23, 26, 28
 const char pkv_classic_needle[] =
     "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.";
 
-static const char NOISE_LINE[] = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+static const char NOISE_LINE[] =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 
 /* ---------------------------------------------------------------- seeds and sizes */
 
 void pkv_eval_seed_key(const pkv_eval_spec *spec, char *buf, int len) {
-    if (spec->task->grid) snprintf(buf, (size_t)len, "%s:%g", spec->task->name, spec->depth);
-    else snprintf(buf, (size_t)len, "%s", spec->task->name);
+    if (spec->task->grid)
+        snprintf(buf, (size_t)len, "%s:%g", spec->task->name, spec->depth);
+    else
+        snprintf(buf, (size_t)len, "%s", spec->task->name);
 }
 
 uint64_t pkv_eval_spec_seed(const pkv_eval_spec *spec) {
@@ -94,11 +138,15 @@ void pkv_eval_task_units(const pkv_eval_task *t, int length, pkv_eval_units *u) 
     u->min_units = 1;
     switch (t->kind) {
     case PKV_TASK_NIAH:
-        if (t->haystack == PKV_HAY_ESSAY) u->increment = short_len ? 50 : 500;
-        else u->increment = short_len ? 5 : 25;
+        if (t->haystack == PKV_HAY_ESSAY)
+            u->increment = short_len ? 50 : 500;
+        else
+            u->increment = short_len ? 5 : 25;
         if (t->haystack != PKV_HAY_ESSAY) u->min_units = t->n_keys * t->n_values;
         break;
-    case PKV_TASK_CLASSIC: u->increment = short_len ? 50 : 500; break;
+    case PKV_TASK_CLASSIC:
+        u->increment = short_len ? 50 : 500;
+        break;
     case PKV_TASK_VT:
         u->increment = short_len ? 5 : 25;
         u->min_units = 5;
@@ -107,8 +155,12 @@ void pkv_eval_task_units(const pkv_eval_task *t, int length, pkv_eval_units *u) 
         u->increment = 10;
         u->min_units = 10;
         break;
-    case PKV_TASK_FWE: u->increment = (length - 50) / 32 > 0 ? (length - 50) / 32 : 1; break;
-    case PKV_TASK_LONGEVAL: u->increment = short_len ? 5 : 25; break;
+    case PKV_TASK_FWE:
+        u->increment = (length - 50) / 32 > 0 ? (length - 50) / 32 : 1;
+        break;
+    case PKV_TASK_LONGEVAL:
+        u->increment = short_len ? 5 : 25;
+        break;
     }
 }
 
@@ -189,9 +241,12 @@ static int finish_item(builder *b, double depth, int n_units, int n_aux, pkv_eva
     out->n_units = n_units;
     out->n_aux = n_aux;
     /* depth: given for grid items, else where the first answer starts (percent of context bytes) */
-    if (depth >= 0) out->depth = depth;
-    else if (b->n_needles > 0 && ctx_len > 0) out->depth = 100.0 * b->needles[0].begin / ctx_len;
-    else out->depth = -1;
+    if (depth >= 0)
+        out->depth = depth;
+    else if (b->n_needles > 0 && ctx_len > 0)
+        out->depth = 100.0 * b->needles[0].begin / ctx_len;
+    else
+        out->depth = -1;
     b->gold = NULL;
     b->needles = NULL;
     if (!out->context || !out->question || !out->answer_prefix || !out->reference) {
@@ -212,7 +267,9 @@ static void rand_text(pkv_rng *rng, pkv_rand_kind kind, char *buf, size_t len) {
         snprintf(buf, len, "%s-%s", adj, noun);
         break;
     }
-    case PKV_RAND_NUMBERS: snprintf(buf, len, "%lld", (long long)pkv_rng_range(rng, 1000000, 9999999)); break;
+    case PKV_RAND_NUMBERS:
+        snprintf(buf, len, "%lld", (long long)pkv_rng_range(rng, 1000000, 9999999));
+        break;
     case PKV_RAND_UUIDS: {
         /* 128 random bits (high word first) with the version and variant set as
          * Python's uuid.UUID(int=..., version=4) does */
@@ -285,8 +342,10 @@ typedef struct {
 
 static void write_needle(builder *b, const char *type, const needle *nd, bool record) {
     pkv_sbuf_printf(&b->context, "One of the special magic %s for %s is: ", type, nd->key);
-    if (record) add_needle_text(b, nd->value);
-    else pkv_sbuf_puts(&b->context, nd->value);
+    if (record)
+        add_needle_text(b, nd->value);
+    else
+        pkv_sbuf_puts(&b->context, nd->value);
     pkv_sbuf_puts(&b->context, ".");
 }
 
@@ -294,7 +353,9 @@ static int cmp_int_desc(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x < y) - (x > y);
 }
-static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 static int cmp_int_asc(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
@@ -323,7 +384,7 @@ static int build_niah(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval_i
     bool single = t->n_queries * t->n_values == 1;
     if (t->haystack != PKV_HAY_ESSAY && n < n_needles)
         return pkv_fail(err, PKV_ERR_ARG, "%s: %d haystack lines cannot hold %d needles", t->name, n, n_needles);
-    char (*keys)[RAND_MAX_LEN] = calloc((size_t)nk, sizeof *keys);
+    char(*keys)[RAND_MAX_LEN] = calloc((size_t)nk, sizeof *keys);
     needle *needles = calloc((size_t)n_needles, sizeof *needles);
     int *order = calloc((size_t)n_needles, sizeof *order);
     int *pos = calloc((size_t)n_needles, sizeof *pos);
@@ -417,7 +478,8 @@ static int build_niah(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval_i
         free(text);
     } else {
         /* lines; needle i goes before original line pos[i], positions sorted descending (RULER's insert order) */
-        if (t->grid) pos[0] = (int)floor(n * spec->depth / 100.0);
+        if (t->grid)
+            pos[0] = (int)floor(n * spec->depth / 100.0);
         else {
             pkv_rng_distinct(rng, n, n_needles, pos);
             qsort(pos, (size_t)n_needles, sizeof *pos, cmp_int_desc);
@@ -430,8 +492,10 @@ static int build_niah(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval_i
                 }
             if (line == n) break;
             if (b.context.len && b.context.data[b.context.len - 1] != '\n') pkv_sbuf_puts(&b.context, "\n");
-            if (t->haystack == PKV_HAY_NOISE) pkv_sbuf_puts(&b.context, NOISE_LINE);
-            else write_needle(&b, type_plural, &distract[line], false);
+            if (t->haystack == PKV_HAY_NOISE)
+                pkv_sbuf_puts(&b.context, NOISE_LINE);
+            else
+                write_needle(&b, type_plural, &distract[line], false);
         }
     }
     pkv_sbuf_puts(&b.context, "\n");
@@ -498,7 +562,8 @@ out:
 
 /* ---------------------------------------------------------------- variable tracking (§1.4) */
 
-static const char VT_INSTR[] = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+static const char VT_INSTR[] =
+    "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
 
 static void rand_upper(pkv_rng *rng, int len, char *out) {
     for (int i = 0; i < len; i++) out[i] = (char)('A' + pkv_rng_below(rng, 26));
@@ -530,10 +595,14 @@ static void vt_write(builder *b, pkv_sbuf *ctx, pkv_sbuf *question, pkv_sbuf *pr
             if (!first) pkv_sbuf_puts(ctx, "\n");
             first = false;
             char stmt[64];
-            if (j == 0) snprintf(stmt, sizeof stmt, "VAR %s = %d", names[0], value);
-            else snprintf(stmt, sizeof stmt, "VAR %s = VAR %s ", names[j], names[j - 1]);
-            if (record) add_needle_text(b, stmt);
-            else pkv_sbuf_puts(ctx, stmt);
+            if (j == 0)
+                snprintf(stmt, sizeof stmt, "VAR %s = %d", names[0], value);
+            else
+                snprintf(stmt, sizeof stmt, "VAR %s = VAR %s ", names[j], names[j - 1]);
+            if (record)
+                add_needle_text(b, stmt);
+            else
+                pkv_sbuf_puts(ctx, stmt);
             j++;
         }
         if (line == n) break;
@@ -610,8 +679,9 @@ static int build_vt(const pkv_eval_spec *spec, int n, int n_aux, pkv_rng *rng, p
 
 /* ---------------------------------------------------------------- common words extraction (§1.5) */
 
-static const char CWE_INSTR[] = "Below is a numbered list of words. In these words, some appear more often than others. "
-                                "Memorize the ones that appear most often.\n";
+static const char CWE_INSTR[] =
+    "Below is a numbered list of words. In these words, some appear more often than others. "
+    "Memorize the ones that appear most often.\n";
 static const char CWE_QUESTION[] = "Question: What are the 10 most common words in the above list?";
 static const char CWE_PREFIX[] = " Answer: The top 10 words that appear most often in the list are:";
 
@@ -698,7 +768,7 @@ static int build_cwe(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval_it
 static int build_fwe(const pkv_eval_spec *spec, int n_words, pkv_rng *rng, pkv_eval_item *out, pkv_error *err) {
     int v = (spec->length - 50) / 50;
     if (v < 4) return pkv_fail(err, PKV_ERR_ARG, "fwe: length %d is too short (at least 250 tokens)", spec->length);
-    char (*vocab)[8] = calloc((size_t)v, sizeof *vocab);
+    char(*vocab)[8] = calloc((size_t)v, sizeof *vocab);
     const char **ranked = calloc((size_t)v, sizeof *ranked);
     if (!vocab || !ranked) {
         free(vocab);
@@ -734,8 +804,9 @@ static int build_fwe(const pkv_eval_spec *spec, int n_words, pkv_rng *rng, pkv_e
         for (long i = 0; i < cnt; i++) occ[m++] = ranked[k - 1];
     }
     pkv_rng_shuffle_ptr(rng, occ, (size_t)total);
-    pkv_sbuf_puts(&b.context, "Read the following coded text and track the frequency of each coded word. Find the three "
-                              "most frequently appeared coded words. ");
+    pkv_sbuf_puts(&b.context,
+                  "Read the following coded text and track the frequency of each coded word. Find the three "
+                  "most frequently appeared coded words. ");
     for (long i = 0; i < total; i++) {
         if (i) pkv_sbuf_puts(&b.context, " ");
         pkv_sbuf_puts(&b.context, occ[i]);
@@ -743,7 +814,8 @@ static int build_fwe(const pkv_eval_spec *spec, int n_words, pkv_rng *rng, pkv_e
     pkv_sbuf_puts(&b.context, "\n");
     pkv_sbuf_puts(&b.question, "Question: Do not provide any explanation. Please ignore the dots '....'. What are the "
                                "three most frequently appeared words in the above coded text?");
-    pkv_sbuf_puts(&b.prefix, " Answer: According to the coded text above, the three most frequently appeared words are:");
+    pkv_sbuf_puts(&b.prefix,
+                  " Answer: According to the coded text above, the three most frequently appeared words are:");
     for (int k = 1; k <= 3; k++) {
         add_gold(&b, ranked[k]);
         pkv_sbuf_printf(&b.reference, " %s", ranked[k]);
@@ -764,7 +836,7 @@ static int build_fwe(const pkv_eval_spec *spec, int n_words, pkv_rng *rng, pkv_e
 static int build_longeval(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval_item *out, pkv_error *err) {
     (void)spec;
     if (n < 1) return pkv_fail(err, PKV_ERR_ARG, "longeval_lines: needs at least one line");
-    char (*keys)[RAND_MAX_LEN] = calloc((size_t)n, sizeof *keys);
+    char(*keys)[RAND_MAX_LEN] = calloc((size_t)n, sizeof *keys);
     int *values = calloc((size_t)n, sizeof *values);
     if (!keys || !values) {
         free(keys);
@@ -787,8 +859,10 @@ static int build_longeval(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_ev
         pkv_sbuf_printf(&b.context, "line %s: REGISTER_CONTENT is <", keys[i]);
         char v[16];
         snprintf(v, sizeof v, "%d", values[i]);
-        if (i == target) add_needle_text(&b, v);
-        else pkv_sbuf_puts(&b.context, v);
+        if (i == target)
+            add_needle_text(&b, v);
+        else
+            pkv_sbuf_puts(&b.context, v);
         pkv_sbuf_puts(&b.context, ">\n");
     }
     pkv_sbuf_printf(&b.question,
@@ -835,7 +909,8 @@ static int build_classic(const pkv_eval_spec *spec, int n, pkv_eval_item *out, p
         pkv_sbuf_add(&b.context, text + sents[s].begin, (size_t)(sents[s].end - sents[s].begin));
     }
     pkv_sbuf_puts(&b.context, " </book>.\n");
-    pkv_sbuf_puts(&b.question, " Based on the content of the book, Question: What is the best thing to do in San Francisco?\n");
+    pkv_sbuf_puts(&b.question,
+                  " Based on the content of the book, Question: What is the best thing to do in San Francisco?\n");
     pkv_sbuf_puts(&b.prefix, "Answer:");
     add_gold(&b, pkv_classic_needle);
     pkv_sbuf_printf(&b.reference, " %s", pkv_classic_needle);
@@ -855,12 +930,18 @@ int pkv_eval_build(const pkv_eval_spec *spec, int n_units, int n_aux, pkv_eval_i
     pkv_rng rng;
     pkv_rng_seed(&rng, pkv_eval_spec_seed(spec));
     switch (t->kind) {
-    case PKV_TASK_NIAH: return build_niah(spec, n_units, &rng, out, err);
-    case PKV_TASK_VT: return build_vt(spec, n_units, n_aux, &rng, out, err);
-    case PKV_TASK_CWE: return build_cwe(spec, n_units, &rng, out, err);
-    case PKV_TASK_FWE: return build_fwe(spec, n_units, &rng, out, err);
-    case PKV_TASK_LONGEVAL: return build_longeval(spec, n_units, &rng, out, err);
-    case PKV_TASK_CLASSIC: return build_classic(spec, n_units, out, err);
+    case PKV_TASK_NIAH:
+        return build_niah(spec, n_units, &rng, out, err);
+    case PKV_TASK_VT:
+        return build_vt(spec, n_units, n_aux, &rng, out, err);
+    case PKV_TASK_CWE:
+        return build_cwe(spec, n_units, &rng, out, err);
+    case PKV_TASK_FWE:
+        return build_fwe(spec, n_units, &rng, out, err);
+    case PKV_TASK_LONGEVAL:
+        return build_longeval(spec, n_units, &rng, out, err);
+    case PKV_TASK_CLASSIC:
+        return build_classic(spec, n_units, out, err);
     }
     return pkv_fail(err, PKV_ERR_INTERNAL, "unknown task kind");
 }
@@ -913,8 +994,8 @@ static int vt_example_tokens(pkv_eval_fitter *f, const pkv_eval_spec *spec, int 
  * that) measure the cost of a unit without the template's fixed tokens, and
  * the upper end doubles while it still fits, so the result is the true
  * maximum even where the estimate is off. *best = 0 when even lo does not fit. */
-static int binary_search_units(pkv_eval_fitter *f, measure_fn measure, const pkv_eval_spec *spec, int limit,
-                               int n_aux, int lo, int increment, int *best, pkv_error *err) {
+static int binary_search_units(pkv_eval_fitter *f, measure_fn measure, const pkv_eval_spec *spec, int limit, int n_aux,
+                               int lo, int increment, int *best, pkv_error *err) {
     int probe_n = increment > lo ? increment : lo;
     int p1 = measure(f, spec, probe_n, n_aux, err);
     if (p1 < 0 && !(err && err->code == PKV_ERR_LIMIT)) return -1;

@@ -27,21 +27,28 @@ typedef enum {
     PKV_METRIC_ROUGE1      /* ROUGE-1 recall of the needle's content words (NIAH-classic) */
 } pkv_metric;
 
-typedef enum { PKV_TASK_NIAH, PKV_TASK_VT, PKV_TASK_CWE, PKV_TASK_FWE, PKV_TASK_LONGEVAL, PKV_TASK_CLASSIC } pkv_task_kind;
+typedef enum {
+    PKV_TASK_NIAH,
+    PKV_TASK_VT,
+    PKV_TASK_CWE,
+    PKV_TASK_FWE,
+    PKV_TASK_LONGEVAL,
+    PKV_TASK_CLASSIC
+} pkv_task_kind;
 typedef enum { PKV_HAY_NOISE, PKV_HAY_ESSAY, PKV_HAY_NEEDLE } pkv_haystack;
 typedef enum { PKV_RAND_WORDS, PKV_RAND_NUMBERS, PKV_RAND_UUIDS } pkv_rand_kind;
 
 typedef struct {
     const char *name;
     pkv_task_kind kind;
-    pkv_haystack haystack;     /* NIAH */
-    pkv_rand_kind key, value;  /* NIAH */
+    pkv_haystack haystack;    /* NIAH */
+    pkv_rand_kind key, value; /* NIAH */
     int n_keys, n_values, n_queries;
-    bool grid;                 /* needle placed at an explicit depth (length x depth grid) */
-    int tokens_to_generate;    /* RULER's, part of the length budget (§1.1) */
-    int max_new_tokens;        /* decode cap (§5.2) */
+    bool grid;              /* needle placed at an explicit depth (length x depth grid) */
+    int tokens_to_generate; /* RULER's, part of the length budget (§1.1) */
+    int max_new_tokens;     /* decode cap (§5.2) */
     pkv_metric metric;
-    bool stop_newline;         /* stop decoding at a newline after some text (§2.2 story-book) */
+    bool stop_newline; /* stop decoding at a newline after some text (§2.2 story-book) */
     const char *summary;
 } pkv_eval_task;
 
@@ -55,7 +62,7 @@ typedef struct {
     const pkv_eval_task *task;
     int length;
     int sample;
-    double depth;      /* grid tasks only */
+    double depth; /* grid tasks only */
     uint64_t base_seed;
 } pkv_eval_spec;
 
@@ -68,19 +75,19 @@ typedef struct {
     char *context, *question, *answer_prefix;
     char **gold;
     int n_gold;
-    char *reference;           /* a correct continuation of the answer prefix (for the gold NLL) */
-    pkv_byte_span *needles;    /* spans of the answer-bearing text in context (retention oracle) */
+    char *reference;        /* a correct continuation of the answer prefix (for the gold NLL) */
+    pkv_byte_span *needles; /* spans of the answer-bearing text in context (retention oracle) */
     int n_needles;
-    double depth;              /* percent of the context where the (first) answer sits; -1 if none */
-    int n_units;               /* haystack size it was built with (lines, words, ...) */
-    int n_aux;                 /* VT: lines of the one-shot example's haystack */
+    double depth; /* percent of the context where the (first) answer sits; -1 if none */
+    int n_units;  /* haystack size it was built with (lines, words, ...) */
+    int n_aux;    /* VT: lines of the one-shot example's haystack */
 } pkv_eval_item;
 
 void pkv_eval_item_free(pkv_eval_item *item);
 
 /* Haystack size rules of a task at a length (§1.1). */
 typedef struct {
-    int increment;   /* essay 500 words (50 below 4096), noise/needle/LongEval lines 25 (5 below 4096), CWE 10 */
+    int increment; /* essay 500 words (50 below 4096), noise/needle/LongEval lines 25 (5 below 4096), CWE 10 */
     int min_units;
 } pkv_eval_units;
 void pkv_eval_task_units(const pkv_eval_task *task, int length, pkv_eval_units *out);
@@ -114,8 +121,7 @@ void pkv_eval_fitter_free(pkv_eval_fitter *f);
 /* Builds spec's item with the largest haystack whose tokens plus the task's
  * tokens_to_generate fit in spec->length; per sample, shrinks by the
  * increment while a draw overflows. *n_tokens receives the item's tokens. */
-int pkv_eval_generate(pkv_eval_fitter *f, const pkv_eval_spec *spec, pkv_eval_item *out, int *n_tokens,
-                      pkv_error *err);
+int pkv_eval_generate(pkv_eval_fitter *f, const pkv_eval_spec *spec, pkv_eval_item *out, int *n_tokens, pkv_error *err);
 
 /* RULER's 40 essay depths, round(linspace(0, 100, 40)). */
 extern const int pkv_ruler_depths[40];

@@ -131,9 +131,12 @@ enum { N_CLAUSES = sizeof CLAUSES / sizeof CLAUSES[0], N_CONNECTORS = sizeof CON
 
 static const char *draw_word(pkv_rng *rng, char kind) {
     switch (kind) {
-    case 'A': return pkv_words_adjectives[pkv_rng_below(rng, (uint64_t)pkv_words_n_adjectives)];
-    case 'N': return pkv_words_nouns[pkv_rng_below(rng, (uint64_t)pkv_words_n_nouns)];
-    default: return pkv_words_verbs[pkv_rng_below(rng, (uint64_t)pkv_words_n_verbs)];
+    case 'A':
+        return pkv_words_adjectives[pkv_rng_below(rng, (uint64_t)pkv_words_n_adjectives)];
+    case 'N':
+        return pkv_words_nouns[pkv_rng_below(rng, (uint64_t)pkv_words_n_nouns)];
+    default:
+        return pkv_words_verbs[pkv_rng_below(rng, (uint64_t)pkv_words_n_verbs)];
     }
 }
 
