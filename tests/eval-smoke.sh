@@ -29,6 +29,31 @@ lines() { wc -l < "$1" | tr -d ' '; }
 same_results() { cmp -s <(no_times "$1/results.jsonl") <(no_times "$2/results.jsonl"); }
 same_summary() { cmp -s "$1/summary.csv" "$2/summary.csv"; }
 
+# ---------------------------------------------------------------- 0. bad input: one-line errors, exit 2
+bad_input() { # NAME PATTERN ARGS...
+    local name=$1 pattern=$2
+    shift 2
+    local err code
+    err=$("$bin" eval "$@" 2>&1 > /dev/null)
+    code=$?
+    if [ "$code" = 2 ] && printf '%s' "$err" | grep -Eq -- "$pattern" && [ "$(printf '%s\n' "$err" | grep -c error)" = 1 ]; then
+        ok "$name"
+    else
+        bad "$name" "exit $code, stderr: $err"
+    fi
+}
+bad_input no_model 'model is required' --tasks vt
+bad_input unknown_task "unknown task 'frob'" -m "$model" --tasks frob
+bad_input unknown_press "unknown press 'frob'" -m "$model" --press snapkv,frob
+bad_input budget_le_window 'budget 32 must be larger than the observation window 32' -m "$model" --budgets 32
+bad_input bad_ratio 'ratios must be in' -m "$model" --ratios 1.5
+bad_input bad_mode 'query_agnostic and/or query_aware' -m "$model" --mode both
+bad_input bad_length 'lengths expects an integer' -m "$model" --lengths 1k
+bad_input resume_and_force 'at most one of --resume and --force' -m "$model" --resume --force
+bad_input unknown_flag "unknown option '--frob'" -m "$model" --frob
+"$bin" eval --help | grep -q 'usage: promptkv eval' && ok help || bad help "no usage"
+"$bin" eval --list-tasks | grep -q 'niah_multikey_3' && ok list_tasks || bad list_tasks "no task list"
+
 # ---------------------------------------------------------------- 1. smoke
 out=$tmp/smoke
 "$bin" eval -m "$model" --tasks all --lengths 2048 --samples 1 --niah-lengths 512 --niah-depths 50 \

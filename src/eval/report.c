@@ -264,7 +264,7 @@ static void markdown_mode(pkv_sbuf *b, const table *t, const char *mode) {
     pkv_sbuf_puts(b, "Score (0-100, mean over samples and lengths; grid tasks over their cells).\n\n| config |");
     for (int k = 0; k < t->n_tasks; k++) pkv_sbuf_printf(b, " %s |", t->tasks[k]);
     pkv_sbuf_puts(b, " avg | rel. retention % | needle kept % | top-1 agree % | KL | ΔNLL | kept rows / L | cache MiB "
-                     "(full) |\n|---|");
+                     "(% of full) |\n|---|");
     for (int k = 0; k < t->n_tasks + 8; k++) pkv_sbuf_puts(b, "---:|");
     pkv_sbuf_puts(b, "\n");
     for (int c = 0; c < t->n_configs; c++) {
@@ -291,8 +291,11 @@ static void markdown_mode(pkv_sbuf *b, const table *t, const char *mode) {
         fmt(b, "%.3f", all.kl);
         pkv_sbuf_puts(b, " | ");
         fmt(b, "%+.3f", all.nll_diff);
-        pkv_sbuf_printf(b, " | %.0f / %.0f | %.2f (%.2f) |\n", all.kept_rows, all.L, all.cache / 1048576.0,
-                        all.cache_full / 1048576.0);
+        /* measured bytes against the full cache's measured bytes on the same rows of work */
+        agg full = aggregate(t, mode, "full", NULL, 0, false);
+        pkv_sbuf_printf(b, " | %.0f / %.0f | %.2f (", all.kept_rows, all.L, all.cache / 1048576.0);
+        fmt(b, "%.0f%%", full.n && full.cache > 0 ? 100.0 * all.cache / full.cache : NAN);
+        pkv_sbuf_puts(b, ") |\n");
     }
     /* the tasks a small model fails even with the full cache (§5.2) */
     pkv_sbuf lows = {0};
@@ -680,24 +683,25 @@ static int write_heatmap_svg(const table *t, const pkv_eval_report_opts *o, cons
         if (per_row[p] > max_cols) max_cols = per_row[p];
     }
     double cw = 34, ch = 20, pad = 60;
-    double pw = 50 + nl * cw + 20, ph = 40 + nd * ch + 30;
-    double W = pad + max_cols * pw, H = 70 + np * ph + 60;
+    double pw = 50 + nl * cw + 50, ph = 40 + nd * ch + 30;
+    double W = pad + max_cols * pw, H = 90 + np * ph + 60;
+    if (W < 720) W = 720;
     pkv_sbuf b = {0};
-    pkv_sbuf_printf(
-        &b,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\">\n"
-        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-        W, H);
+    pkv_sbuf_printf(&b,
+                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                    "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                    W, H);
     char title[256];
-    snprintf(title, sizeof title, "%s: %s (%s), score 0-100; rows: depth %%, columns: token limit", o->model_name, task,
-             mode);
+    snprintf(title, sizeof title, "%s: %s (%s)", o->model_name, task, mode);
     svg_text(&b, W / 2, 24, "middle", 15, title);
+    svg_text(&b, W / 2, 44, "middle", 12,
+             "score 0-100 per cell; rows: depth of the needle (%), columns: token limit; one panel per config");
     for (int p = 0; p < np; p++) {
         int col = 0;
         for (int c = 0; c < t->n_configs; c++) {
             const row *cr = config_row(t, c);
             if (strcmp(cr->press, presses[p])) continue;
-            double px = pad + col * pw, py = 60 + p * ph;
+            double px = pad + col * pw, py = 80 + p * ph;
             col++;
             svg_text(&b, px + 50 + nl * cw / 2, py + 14, "middle", 12, cr->config);
             for (int d = 0; d < nd; d++) {
