@@ -322,25 +322,24 @@ TEST(eval_run_item_metrics) {
         /* recompute snapkv/b48's agreement and gold NLL directly with the public API */
         pkv_session *full = session(m, 0, false), *cmp = session(m, 8, false), *cc = session(m, 0, false);
         REQUIRE(full && cmp && cc);
+        /* context with BOS, then question and answer prefix each on their own */
         size_t cl = strlen(it.context);
-        char q[512];
-        snprintf(q, sizeof q, "%s%s", it.question, it.answer_prefix);
-        int32_t ctx[1200], qt[256], ref[64];
-        int nc = pkv_tokenize(m, it.context, cl, true, false, ctx, 1200, &err);
-        int nq = pkv_tokenize(m, q, strlen(q), false, false, qt, 256, &err);
+        int32_t all[1500], ref[64];
+        int nc = pkv_tokenize(m, it.context, cl, true, false, all, 1200, &err);
+        REQUIRE(nc > 0);
+        int nq = pkv_tokenize(m, it.question, strlen(it.question), false, false, all + nc, 150, &err);
+        REQUIRE(nq > 0);
+        int np = pkv_tokenize(m, it.answer_prefix, strlen(it.answer_prefix), false, false, all + nc + nq, 150, &err);
         int nr = pkv_tokenize(m, it.reference, strlen(it.reference), false, false, ref, 64, &err);
-        REQUIRE(nc > 0 && nq > 0 && nr > 1);
-        int32_t all[1500];
-        memcpy(all, ctx, (size_t)nc * sizeof *all);
-        memcpy(all + nc, qt, (size_t)nq * sizeof *all);
+        REQUIRE(np > 0 && nr > 1);
+        /* query-aware compresses context + question; the answer prefix is never compressed */
         bool aware = mode == PKV_EVAL_QUERY_AWARE;
-        REQUIRE(pkv_prefill(full, all, aware ? nc + nq : nc, NULL, NULL, &err) == 0);
-        REQUIRE(pkv_prefill(cmp, all, aware ? nc + nq : nc, NULL, NULL, &err) == 0);
+        int n_comp = aware ? nc + nq : nc, n_rest = nc + nq + np - n_comp;
+        REQUIRE(pkv_prefill(full, all, n_comp, NULL, NULL, &err) == 0);
+        REQUIRE(pkv_prefill(cmp, all, n_comp, NULL, NULL, &err) == 0);
         REQUIRE(pkv_session_copy(cc, cmp, cfg[1].cfg, NULL, &err) == 0);
-        if (!aware) {
-            REQUIRE(pkv_prefill(full, qt, nq, NULL, NULL, &err) == 0);
-            REQUIRE(pkv_prefill(cc, qt, nq, NULL, NULL, &err) == 0);
-        }
+        REQUIRE(pkv_prefill(full, all + n_comp, n_rest, NULL, NULL, &err) == 0);
+        REQUIRE(pkv_prefill(cc, all + n_comp, n_rest, NULL, NULL, &err) == 0);
         int n_vocab = pkv_n_vocab(m);
         /* the full cache's greedy tokens (up to 6, stopping after an end of generation) */
         pkv_session *g = session(m, 0, false);
@@ -365,7 +364,7 @@ TEST(eval_run_item_metrics) {
         CHECK_NEAR(c.agree[1], (double)match / k, 1e-12);
         /* gold NLL, token by token on a fresh copy */
         REQUIRE(pkv_session_copy(cc, cmp, cfg[1].cfg, NULL, &err) == 0);
-        if (!aware) REQUIRE(pkv_prefill(cc, qt, nq, NULL, NULL, &err) == 0);
+        REQUIRE(pkv_prefill(cc, all + n_comp, n_rest, NULL, NULL, &err) == 0);
         double nll = 0;
         for (int i = 0; i < nr; i++) {
             const float *lg = pkv_logits(cc);

@@ -119,28 +119,23 @@ static int tokenize_alloc(const pkv_model *model, const char *text, bool add_spe
     return n;
 }
 
-/* question + answer prefix, the part fed after compression in query-agnostic mode */
-static char *question_text(const pkv_eval_item *item) {
-    pkv_sbuf b = {0};
-    pkv_sbuf_puts(&b, item->question);
-    pkv_sbuf_puts(&b, item->answer_prefix);
-    return pkv_sbuf_take(&b);
+/* Tokens of a segment without special tokens; 0 for an empty one. */
+static int segment_tokens(const pkv_model *model, const char *text, int32_t **out, pkv_error *err) {
+    *out = NULL;
+    return text[0] ? tokenize_alloc(model, text, false, out, err) : 0;
 }
 
 int pkv_eval_count_tokens(void *model, const pkv_eval_item *item, pkv_error *err) {
+    const char *segments[] = {item->question, item->answer_prefix};
     int32_t *t = NULL;
-    int n_ctx = tokenize_alloc(model, item->context, true, &t, err);
+    int total = tokenize_alloc(model, item->context, true, &t, err);
     free(t);
-    if (n_ctx < 0) return -1;
-    char *q = question_text(item);
-    if (!q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    int n_q = 0;
-    if (q[0]) {
-        n_q = tokenize_alloc(model, q, false, &t, err);
+    for (int i = 0; i < 2 && total >= 0; i++) {
+        int n = segment_tokens(model, segments[i], &t, err);
         free(t);
+        total = n < 0 ? -1 : total + n;
     }
-    free(q);
-    return n_q < 0 ? -1 : n_ctx + n_q;
+    return total;
 }
 
 int pkv_eval_needle_positions(const pkv_model *model, const char *context, const int32_t *tokens, int n_tokens,
@@ -439,9 +434,11 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
     return 0;
 }
 
+/* The item's tokens: the context (with BOS), then question and answer
+ * prefix, each tokenized on its own so both modes feed the same sequence. */
 typedef struct {
-    int32_t *ctx, *q, *ref, *needle;
-    int n_ctx, n_q, n_ref, n_needle;
+    int32_t *ctx, *q, *ref, *needle; /* q: question tokens then answer-prefix tokens */
+    int n_ctx, n_q, n_question, n_ref, n_needle;
 } item_tokens;
 
 static void item_tokens_free(item_tokens *t) {
@@ -455,17 +452,35 @@ static int tokenize_item(const pkv_model *m, const pkv_eval_item *item, item_tok
     memset(t, 0, sizeof *t);
     t->n_ctx = tokenize_alloc(m, item->context, true, &t->ctx, err);
     if (t->n_ctx < 0) return -1;
-    char *q = question_text(item);
-    if (!q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    t->n_q = q[0] ? tokenize_alloc(m, q, false, &t->q, err) : 0;
-    free(q);
-    if (t->n_q < 0) return -1;
-    t->n_ref = item->reference[0] ? tokenize_alloc(m, item->reference, false, &t->ref, err) : 0;
+    int32_t *question, *prefix;
+    int nq = segment_tokens(m, item->question, &question, err);
+    int np = nq < 0 ? -1 : segment_tokens(m, item->answer_prefix, &prefix, err);
+    if (nq < 0 || np < 0) {
+        free(question);
+        return -1;
+    }
+    t->q = malloc((size_t)(nq + np + 1) * sizeof *t->q);
+    if (t->q) {
+        if (nq) memcpy(t->q, question, (size_t)nq * sizeof *t->q);
+        if (np) memcpy(t->q + nq, prefix, (size_t)np * sizeof *t->q);
+    }
+    free(question);
+    free(prefix);
+    if (!t->q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    t->n_question = nq;
+    t->n_q = nq + np;
+    t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
     if (t->n_ref < 0) return -1;
     t->needle = malloc((size_t)(t->n_ctx + 1) * sizeof *t->needle);
     if (!t->needle) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
     return pkv_eval_needle_positions(m, item->context, t->ctx, t->n_ctx, item->needles, item->n_needles, t->needle,
                                      t->n_ctx, &t->n_needle, err);
+}
+
+/* Tokens compressed in a mode (evaluation.md §0.1): the context, plus the
+ * question in query-aware mode; the rest is fed after compression. */
+static int compressed_tokens(const item_tokens *t, pkv_eval_mode mode) {
+    return t->n_ctx + (mode == PKV_EVAL_QUERY_AWARE ? t->n_question : 0);
 }
 
 /* The shared prefill of an item in a mode. */
@@ -476,11 +491,11 @@ static int prefill_source(pkv_eval_runner *r, const item_tokens *t, pkv_eval_mod
     pkv_session_reset(r->src);
     /* the reset clears an interrupt that arrived before it */
     if (stop_requested(r)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted");
-    int n = t->n_ctx + (mode == PKV_EVAL_QUERY_AWARE ? t->n_q : 0);
+    int n = compressed_tokens(t, mode);
     int32_t *all = malloc((size_t)(n > 0 ? n : 1) * sizeof *all);
     if (!all) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
     memcpy(all, t->ctx, (size_t)t->n_ctx * sizeof *all);
-    if (mode == PKV_EVAL_QUERY_AWARE && t->n_q) memcpy(all + t->n_ctx, t->q, (size_t)t->n_q * sizeof *all);
+    if (n > t->n_ctx) memcpy(all + t->n_ctx, t->q, (size_t)(n - t->n_ctx) * sizeof *all);
     pkv_prefill_stats ps = {0};
     int rc = pkv_prefill(r->src, all, n, NULL, &ps, err);
     free(all);
@@ -514,8 +529,9 @@ static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
     res->config = c;
     res->pass = -1;
     res->n_context = t->n_ctx;
-    res->n_question = t->n_q;
-    res->n_compressible = t->n_ctx + (mode == PKV_EVAL_QUERY_AWARE ? t->n_q : 0);
+    res->n_question = t->n_question;
+    res->n_prefix = t->n_q - t->n_question;
+    res->n_compressible = compressed_tokens(t, mode);
     res->n_needle_tokens = t->n_needle;
     res->needle_positions = t->needle;
     res->n_ref = t->n_ref;
@@ -528,9 +544,11 @@ static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
     bool unchanged = false;
     if (measure_cache(r, t->needle, t->n_needle, res, &unchanged, err)) return -1;
     if (!is_full && unchanged) return reuse_full(r, res) ? pkv_fail(err, PKV_ERR_NOMEM, "out of memory") : 0;
-    if (mode == PKV_EVAL_QUERY_AGNOSTIC && t->n_q > 0) {
+    /* what was not compressed goes on top: question and answer prefix, or the answer prefix */
+    int fed = compressed_tokens(t, mode) - t->n_ctx;
+    if (t->n_q > fed) {
         pkv_prefill_stats qs;
-        if (pkv_prefill(r->work, t->q, t->n_q, NULL, &qs, err)) return -1;
+        if (pkv_prefill(r->work, t->q + fed, t->n_q - fed, NULL, &qs, err)) return -1;
         res->question_seconds = qs.prefill_seconds;
     }
     pkv_sbuf text = {0};

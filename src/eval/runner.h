@@ -6,11 +6,14 @@
  *
  *   query_agnostic: prefill the context; per config copy + compress, prefill
  *                   question + answer prefix uncompressed, decode.
- *   query_aware:    prefill context + question + answer prefix; per config
- *                   copy + compress, decode.
+ *   query_aware:    prefill context + question; per config copy + compress,
+ *                   prefill the answer prefix uncompressed, decode.
+ * (evaluation.md §0.1: the answer prefix is never compressed; L is the
+ * context, or context + question.)
  *
- * Both modes feed the same tokens: the context tokenized with BOS, then
- * question + answer prefix tokenized together without special tokens.
+ * Both modes feed the same tokens: the context tokenized with BOS, then the
+ * question and the answer prefix, each tokenized on its own without special
+ * tokens.
  */
 #ifndef PKV_EVAL_RUNNER_H
 #define PKV_EVAL_RUNNER_H
@@ -51,7 +54,7 @@ typedef struct {
     double score; /* the task's metric in [0, 1] */
     int pass;     /* NIAH-classic pass flag; -1 for other tasks */
 
-    int n_context, n_question;              /* tokens */
+    int n_context, n_question, n_prefix;    /* tokens of the segments */
     int n_compressible;                     /* L: context (agnostic) or context + question (aware) */
     double kept_rows;                       /* mean rows per head over full-attention layers after the press */
     uint64_t cache_bytes, cache_bytes_full; /* whole model, right after the press */
@@ -71,7 +74,7 @@ typedef struct {
     double prefill_seconds;  /* the shared prefill */
     double copy_seconds;     /* copy + compression */
     double press_seconds;    /* the press's selection (within copy) */
-    double question_seconds; /* question prefill on the compressed cache (agnostic) */
+    double question_seconds; /* prefill of the uncompressed segments on the compressed cache */
     double decode_seconds;
     int n_decoded;    /* forward steps of the greedy decode */
     bool reused_full; /* nothing was evicted: the full cache's outcome, not decoded again */
@@ -103,7 +106,8 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
                       const pkv_eval_config *configs, int n_configs, const bool *skip, pkv_eval_emit_fn emit,
                       void *user, pkv_error *err);
 
-/* Token counter for the length fitting with the model's tokenizer (user = model). */
+/* Token counter for the length fitting with the model's tokenizer (user =
+ * model): context with BOS + question + answer prefix, as the runner feeds them. */
 int pkv_eval_count_tokens(void *model, const pkv_eval_item *item, pkv_error *err);
 
 /* Token positions (in the context's token sequence, BOS included) whose bytes

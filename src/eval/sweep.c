@@ -86,6 +86,7 @@ char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint6
     num_field(&b, "units", item->n_units);
     num_field(&b, "n_context", r->n_context);
     num_field(&b, "n_question", r->n_question);
+    num_field(&b, "n_prefix", r->n_prefix);
     num_field(&b, "L", r->n_compressible);
     num_field(&b, "kept_rows", r->kept_rows);
     double keep_frac = r->n_compressible > 0 ? r->kept_rows / r->n_compressible : NAN;

@@ -96,8 +96,8 @@ void pkv_eval_task_units(const pkv_eval_task *task, int length, pkv_eval_units *
  * the one-shot example). */
 int pkv_eval_build(const pkv_eval_spec *spec, int n_units, int n_aux, pkv_eval_item *out, pkv_error *err);
 
-/* Counts the tokens the engine will see for an item: context (with BOS) then
- * question + answer prefix; -1 with err set on failure. */
+/* Counts the tokens the engine will see for an item: context (with BOS),
+ * question, answer prefix; -1 with err set on failure. */
 typedef int (*pkv_token_count_fn)(void *user, const pkv_eval_item *item, pkv_error *err);
 
 /* Fitted haystack sizes, shared by every sample of a (task, length, depth):
