@@ -647,13 +647,13 @@ static int report(const eval_args *a, const char *name, const char *command) {
 }
 
 /* Rank 0 before the sweep: start over or pick up what an earlier run left. */
-static int prepare_dir(const eval_args *a, int n_ranks_max, const char *name, const char *command) {
+static int prepare_dir(const eval_args *a, const char *name, const char *command) {
     char results[4096], part[4200];
     path_in(results, sizeof results, a->out_dir, "results.jsonl");
     if (make_dir(a->out_dir)) return -1;
     if (a->force) {
         remove(results);
-        for (int r = 0; r < n_ranks_max; r++) {
+        for (int r = 0; r < 4096; r++) { /* parts of any earlier run, whatever its number of ranks */
             snprintf(part, sizeof part, "%s.part%d", results, r);
             remove(part);
         }
@@ -760,7 +760,7 @@ int cmd_eval(int argc, char **argv) {
         snprintf(rows_path, sizeof rows_path, "%s", results);
 
     /* rank 0 prepares the directory; everyone then reads what is done */
-    int status = rk.rank == 0 ? (prepare_dir(&a, rk.size, name, command) ? 1 : 0) : 0;
+    int status = rk.rank == 0 ? (prepare_dir(&a, name, command) ? 1 : 0) : 0;
     if (ranks_max(status)) {
         exit_code = EXIT_RUNTIME;
         goto done;
