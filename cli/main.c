@@ -18,6 +18,7 @@ static const command COMMANDS[] = {
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama-perplexity's method)"},
     {"eval", cmd_eval, "offline long-context benchmarks of every press against the full cache"},
     {"inspect", cmd_inspect, "which prompt tokens a press keeps, per layer and head (and as an HTML page)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with per-request KV-cache compression"},
 };
 
 static void usage(FILE *out) {

@@ -76,7 +76,7 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
 }
 
 static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
-    size_t need = pkv_attention_scratch_floats(&s->cache, layer, pkv_pool_size(s->pool));
+    size_t need = pkv_attention_scratch_floats(&s->cache, layer, s->model->hp.n_head, pkv_pool_size(s->pool));
     if (s->work.attn_scratch_cap >= need) return 0;
     need += need / 2; /* room for the rows decode will add */
     if (grow((void **)&s->work.attn_scratch, need * sizeof(float), err)) return -1;
@@ -303,9 +303,9 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
     bool swa = !pkv_layer_is_full(m, il);
 
     pkv_rmsnorm(w->x, x, L->attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    matmul(s, &L->wq, w->x, n_tok, w->q);
-    matmul(s, &L->wk, w->x, n_tok, w->k);
-    matmul(s, &L->wv, w->x, n_tok, w->v);
+    const pkv_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {w->q, w->k, w->v};
+    pkv_matmul_n(&s->comp, 3, qkv, w->x, n_tok, qkv_out, s->work.act);
     if (pkv_tensor_present(&L->bq)) {
         pkv_add_bias(w->q, L->bq.data, (int)L->bq.ne[0], n_tok);
         pkv_add_bias(w->k, L->bk.data, (int)L->bk.ne[0], n_tok);
@@ -343,10 +343,11 @@ static void ffn_block(pkv_session *s, int il, float *x, int n_tok) {
     pkv_work *w = &s->work;
 
     pkv_rmsnorm(w->x, x, L->ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    matmul(s, &L->w_gate, w->x, n_tok, w->gate);
-    matmul(s, &L->w_up, w->x, n_tok, w->up);
-    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    else pkv_silu_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    const pkv_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
+    float *gate_up_out[2] = {w->gate, w->up};
+    pkv_matmul_n(&s->comp, 2, gate_up, w->x, n_tok, gate_up_out, s->work.act);
+    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    else pkv_silu_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
     matmul(s, &L->w_down, w->gate, n_tok, w->proj);
     if (pkv_tensor_present(&L->post_ffn_norm))
         pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
@@ -377,6 +378,9 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     int n_batch = s->opts.n_batch;
     int chunk_cap = n < n_batch ? n : n_batch;
     if (stats) memset(stats, 0, sizeof *stats);
+    if (s->broken)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "an earlier call on this session stopped midway (interrupted or out of memory): reset it first");
     if (ensure_chunk_buffers(s, chunk_cap < LOGIT_ROWS ? LOGIT_ROWS : chunk_cap, err)) return -1;
     if (ensure_hidden(s, n, err)) return -1;
     if (row_fn && !w->logit_rows &&
@@ -408,8 +412,10 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
             for (int i = 0; i < hp->n_embd; i++) row[i] *= hp->embd_scale;
     }
 
+    /* from here on a failure leaves layers at different lengths: the session needs a reset */
+    s->broken = true;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (s->interrupted) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
+        if (atomic_load(&s->interrupted)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
         /* sliding-window layers are never pressed (D.6): only full layers are probed */
         bool probed = probing && pkv_layer_is_full(m, il);
         pkv_layer_probe *probe = &s->probes[il];
@@ -439,6 +445,7 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
         compute_logits(s, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
     }
     s->n_pos += n;
+    s->broken = false;
     /* the probes describe an uncompressed cache only if no press ran */
     s->probes_ok = probing && !press;
     /* a long prompt's residual stream and press scratch are not needed by decode: give them back */

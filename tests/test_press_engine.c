@@ -399,3 +399,22 @@ TEST(press_engine_memory_cap) {
     pkv_session_free(s);
     pkv_model_free(m);
 }
+
+/* An interrupted prefill leaves the session unusable until it is reset (its
+ * layers are at different lengths), and says so. */
+TEST(press_engine_interrupt_then_reset) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_session *s = new_session(m, 1);
+    int32_t toks[50];
+    prompt_tokens(toks, 50, pkv_n_vocab(m), 2);
+    pkv_session_interrupt(s);
+    CHECK(pkv_prefill(s, toks, 50, NULL, NULL, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
+    CHECK(pkv_decode(s, 5, &err) == -1 && strstr(err.msg, "reset it first"));
+    pkv_session_reset(s);
+    CHECK(pkv_prefill(s, toks, 50, NULL, NULL, &err) == 0);
+    CHECK(pkv_decode(s, 5, &err) == 0);
+    pkv_session_free(s);
+    pkv_model_free(m);
+}
