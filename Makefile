@@ -1,5 +1,5 @@
 # promptkv — build, test, run.
-#   make            library + CLI (build/promptkv, build/libpromptkv.a)
+#   make            library + CLI (build/promptkv, build/libpromptkv.a) + build/bench-press (press timings)
 #   make run        build, install the default model, run the demo
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
 #   make model      install the default model (Gemma 3 270M Q4_K_M) into models/
@@ -52,6 +52,8 @@ $(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpr
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(SERVER_LIBS) $(3)
 $(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 endef
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -71,7 +73,7 @@ $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
 .PHONY: all lib cli tests run test model fuzz fuzz-request deps clean demo
-all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv
+all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
 deps:
 	@tools/install-deps.sh
 lib: $(BUILD)/libpromptkv.a

@@ -239,9 +239,18 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
                 counts[g][j] = h->pos[j] < probe->first_pos ? probe->n_new : end - h->pos[j];
         }
     }
+    /* the layer schedule (PyramidKV) runs over the pressed, full-attention layers */
+    int press_layer = 0, n_press_layers = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (!pkv_layer_is_full(s->model, l)) continue;
+        if (l < il) press_layer++;
+        n_press_layers++;
+    }
     pkv_press_input in = {
         .layer = il,
         .n_layers = hp->n_layer,
+        .press_layer = press_layer,
+        .n_press_layers = n_press_layers,
         .n_head = hp->n_head,
         .n_head_kv = nkv,
         .head_dim_k = L->head_dim_k,
