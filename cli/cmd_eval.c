@@ -44,6 +44,8 @@ static const char EVAL_USAGE[] =
     "                         other registered press); the full cache always runs\n"
     "      --budgets LIST     rows kept per head per layer (default 64,128,256,512)\n"
     "      --ratios LIST      fractions removed, e.g. 0.5,0.75,0.875 (default none)\n"
+    "      --ratio-presses L  presses that also run at the ratios (default: every press); the\n"
+    "                         others run at the budgets only, e.g. baselines as floors\n"
     "      --mode LIST        query_agnostic (default), query_aware, or both comma-separated\n"
     "      --window W         observation window of every press that has one (default 32)\n"
     "      --kernel K         pooling kernel of presses that pool (snapkv)\n"
@@ -97,6 +99,8 @@ typedef struct {
     int budgets[MAX_LIST], n_budgets;
     double ratios[MAX_LIST];
     int n_ratios;
+    char ratio_presses[MAX_LIST][32]; /* presses run at the ratios; n_ratio_presses < 0: all */
+    int n_ratio_presses;
     pkv_eval_mode modes[2];
     int n_modes;
     const char *opts[MAX_LIST];
@@ -222,6 +226,27 @@ static int parse_presses(eval_args *a, const char *s) {
     return 0;
 }
 
+/* --ratio-presses: names only; that each one is in --press is checked once all flags are read. */
+static int parse_ratio_presses(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--ratio-presses", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) snprintf(a->ratio_presses[i], sizeof a->ratio_presses[0], "%.31s", items[i]);
+    a->n_ratio_presses = n;
+    return 0;
+}
+
+static bool is_listed(const char (*names)[32], int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return true;
+    return false;
+}
+
+/* Whether a press runs at the ratios as well as at the budgets. */
+static bool runs_ratios(const eval_args *a, const char *press) {
+    return a->n_ratio_presses < 0 || is_listed(a->ratio_presses, a->n_ratio_presses, press);
+}
+
 static int add_opt(eval_args *a, const char *key, const char *value) {
     if (a->n_opts == MAX_LIST) {
         cli_error("eval", "too many press options");
@@ -257,6 +282,7 @@ static void defaults(eval_args *a) {
     a->n_budgets = 4;
     a->modes[0] = PKV_EVAL_QUERY_AGNOSTIC;
     a->n_modes = 1;
+    a->n_ratio_presses = -1;
     a->window = 32;
     a->agree_k = 8;
 }
@@ -328,6 +354,9 @@ static int parse_args(int argc, char **argv, eval_args *a) {
                 a->n_ratios = 0;
             else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0)
                 return -1;
+        } else if (!strcmp(f, "--ratio-presses")) {
+            VALUE();
+            if (parse_ratio_presses(a, v)) return -1;
         } else if (!strcmp(f, "--mode")) {
             VALUE();
             char items[4][96];
@@ -394,6 +423,11 @@ static int parse_args(int argc, char **argv, eval_args *a) {
         cli_error(cmd, "give at most one of --resume and --force");
         return -1;
     }
+    for (int i = 0; i < a->n_ratio_presses; i++)
+        if (!is_listed(a->presses, a->n_presses, a->ratio_presses[i])) {
+            cli_error(cmd, "--ratio-presses: '%s' is not among the presses of --press", a->ratio_presses[i]);
+            return -1;
+        }
     for (int i = 0; i < a->n_budgets; i++)
         if (a->budgets[i] <= a->window) {
             cli_error(cmd, "budget %d must be larger than the observation window %d (see --window)", a->budgets[i],
@@ -411,7 +445,8 @@ static int build_configs(const eval_args *a, pkv_eval_config *configs, int *n) {
     if (pkv_eval_config_init(&configs[(*n)++], "none", 0, 0, NULL, 0, &err)) goto fail;
     for (int p = 0; p < a->n_presses; p++) {
         if (!strcmp(a->presses[p], "none")) continue;
-        for (int b = 0; b < a->n_budgets + a->n_ratios; b++) {
+        int n_sizes = a->n_budgets + (runs_ratios(a, a->presses[p]) ? a->n_ratios : 0);
+        for (int b = 0; b < n_sizes; b++) {
             if (*n == MAX_CONFIGS) {
                 cli_error("eval", "more than %d configurations", MAX_CONFIGS);
                 return -1;

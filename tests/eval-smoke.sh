@@ -51,6 +51,7 @@ bad_input bad_mode 'query_agnostic and/or query_aware' -m "$model" --mode both
 bad_input bad_length 'lengths expects an integer' -m "$model" --lengths 1k
 bad_input resume_and_force 'at most one of --resume and --force' -m "$model" --resume --force
 bad_input unknown_flag "unknown option '--frob'" -m "$model" --frob
+bad_input ratio_press_not_run "ratio-presses: 'h2o' is not among the presses" -m "$model" --press snapkv --ratio-presses h2o
 "$bin" eval --help | grep -q 'usage: promptkv eval' && ok help || bad help "no usage"
 "$bin" eval --list-tasks | grep -q 'niah_multikey_3' && ok list_tasks || bad list_tasks "no task list"
 
@@ -92,6 +93,15 @@ check refuses_existing [ "$code" = 1 ]
 check refuses_existing_message grep -q 'already holds results' "$tmp/err"
 "$bin" eval -m "$model" --report-only -o "$out" > /dev/null 2>&1
 check report_only same_summary "$out" "$out"
+
+# ProtoKV in a sweep; --ratio-presses: baselines at the budgets only
+out=$tmp/ratio_presses
+"$bin" eval -m "$model" --tasks niah_single_1 --lengths 1024 --samples 1 --press protokv,streamingllm --budgets 48 \
+    --ratios 0.5 --ratio-presses protokv --window 16 --agree-k 4 -t 1 -o "$out" > /dev/null 2>&1
+check ratio_presses_run [ $? = 0 ]
+check ratio_presses_configs [ "$(grep -o '"config":"[^"]*"' "$out/results.jsonl" | tr '\n' ' ')" = \
+    '"config":"full" "config":"protokv/b48" "config":"protokv/r0.5" "config":"streamingllm/b48" ' ]
+check protokv_compressed [ "$(grep '"config":"protokv/b48"' "$out/results.jsonl" | grep -c '"kept_rows":48,')" = 1 ]
 
 # ---------------------------------------------------------------- 2. kill -9 and resume
 args=(eval -m "$model" --tasks niah_single_1,fwe,niah_passkey_noise --lengths 1024 --samples 2
