@@ -16,6 +16,7 @@ static const command COMMANDS[] = {
     {"info", cmd_info, "show a model's architecture, shapes, tensor types, tokenizer and memory needs"},
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) of a text"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama-perplexity's method)"},
+    {"eval", cmd_eval, "offline long-context benchmarks of every press against the full cache"},
     {"inspect", cmd_inspect, "which prompt tokens a press keeps, per layer and head (and as an HTML page)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with per-request KV-cache compression"},
 };
