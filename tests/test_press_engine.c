@@ -418,3 +418,41 @@ TEST(press_engine_interrupt_then_reset) {
     pkv_session_free(s);
     pkv_model_free(m);
 }
+
+/* After a press, the next tokens (a query-agnostic question, a new turn) go
+ * through a multi-token prefill over the ragged, compressed cache. That must
+ * be the same computation as feeding them one decode step at a time over the
+ * same kept rows (evaluation.md §0.1): only float summation order differs. */
+TEST(press_engine_prefill_after_press_equals_decode_steps) {
+    const char *models[] = {LLAMA, GEMMA};
+    for (int mi = 0; mi < 2; mi++) {
+        pkv_error err;
+        pkv_model *m = pkv_model_load(models[mi], NULL, &err);
+        REQUIRE_MSG(m, "%s", err.msg);
+        const int n_prompt = 150, n_more = 40, nv = pkv_n_vocab(m);
+        int32_t toks[190];
+        prompt_tokens(toks, n_prompt + n_more, nv, 23);
+        const char *opts[] = {"budget", "24", "window", "8", NULL};
+        pkv_press_cfg *cfg = make_press("snapkv", opts);
+        pkv_session *a = new_session(m, 2), *b = new_session(m, 2);
+        REQUIRE(a && b);
+        CHECK(pkv_prefill(a, toks, n_prompt, cfg, NULL, &err) == 0);
+        CHECK(pkv_prefill(b, toks, n_prompt, cfg, NULL, &err) == 0);
+        CHECK(pkv_prefill(a, toks + n_prompt, n_more, cfg, NULL, &err) == 0);
+        for (int i = 0; i < n_more; i++) CHECK(pkv_decode(b, toks[n_prompt + i], &err) == 0);
+        CHECK_EQ_INT(pkv_session_n_pos(a), n_prompt + n_more);
+        CHECK_EQ_INT(pkv_session_n_pos(b), n_prompt + n_more);
+        const float *la = pkv_logits(a), *lb = pkv_logits(b);
+        float worst = 0;
+        for (int k = 0; k < nv; k++) {
+            float d = la[k] > lb[k] ? la[k] - lb[k] : lb[k] - la[k];
+            if (d > worst) worst = d;
+        }
+        CHECK_MSG(worst <= 1e-4f, "%s: max |logit difference| %g between prefill and decode steps", models[mi],
+                  (double)worst);
+        pkv_session_free(a);
+        pkv_session_free(b);
+        pkv_press_cfg_free(cfg);
+        pkv_model_free(m);
+    }
+}
