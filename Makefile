@@ -17,7 +17,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unuse
 AVX2_FLAGS    = -mavx2 -mfma -mf16c
 AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c))
+LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c src/bench/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 

@@ -17,6 +17,8 @@ static const command COMMANDS[] = {
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) of a text"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama-perplexity's method)"},
     {"inspect", cmd_inspect, "which prompt tokens a press keeps, per layer and head (and as an HTML page)"},
+    {"bench", cmd_bench, "prefill and decode speed, decode latency vs prompt length, memory (like llama-bench)"},
+    {"synth", cmd_synth, "write a random-weight GGUF with the exact shape of a real model"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# llama.cpp and promptkv on the same GGUF, the same threads, in one run.
+#
+#   tools/bench-vs-llamacpp.sh LLAMA_BENCH_PATH MODEL [THREADS]
+#
+# Runs llama.cpp's llama-bench (-p 512 -n 128 -r 5) and `promptkv bench` with
+# the same settings (random token ids, logits of the last prompt token only, a
+# warmup run, 5 repetitions; engine-notes.md §6.3), then prints one table with
+# both engines' tokens per second and the ratio promptkv / llama.cpp, and
+# llama.cpp's build line. Both means are the mean of the repetitions' t/s
+# (llama-bench's avg_ts); promptkv's median is shown too.
+#
+# Optional, in the environment:
+#   PP=512 TG=128 REPS=5     test sizes and repetitions
+#   DEPTH=16384 DTG=32       also decode DTG tokens after a DEPTH-token prompt:
+#                            llama-bench -d DEPTH -p 0 -n DTG (full cache) against
+#                            promptkv bench --depths DEPTH --depth-gen DTG for
+#                            each press in PRESSES (default none)
+#   PRESSES=none,snapkv:budget=1024
+#   PROMPTKV=build/promptkv  the promptkv binary
+#   NICE=10                  niceness of both runs (the machine may be shared)
+#
+# It never fetches or builds llama.cpp: LLAMA_BENCH_PATH is an existing
+# llama-bench binary; its directory is put on LD_LIBRARY_PATH for its shared
+# libraries.
+set -euo pipefail
+
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+fi
+llama_bench=$1
+model=$2
+threads=${3:-2}
+PP=${PP:-512}
+TG=${TG:-128}
+REPS=${REPS:-5}
+DEPTH=${DEPTH:-}
+DTG=${DTG:-32}
+PRESSES=${PRESSES:-none}
+PROMPTKV=${PROMPTKV:-build/promptkv}
+NICE=${NICE:-10}
+
+[ -x "$llama_bench" ] || { echo "bench-vs-llamacpp: $llama_bench is not an executable llama-bench" >&2; exit 1; }
+[ -r "$model" ] || { echo "bench-vs-llamacpp: cannot read model $model" >&2; exit 1; }
+[ -x "$PROMPTKV" ] || { echo "bench-vs-llamacpp: $PROMPTKV not built (make)" >&2; exit 1; }
+
+lib_dir=$(cd "$(dirname "$llama_bench")" && pwd)
+export LD_LIBRARY_PATH="$lib_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs; threads $threads;" \
+     "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "model: $model"
+
+# ---------------------------------------------------------------- llama.cpp
+echo "running: llama-bench -m $model -p $PP -n $TG -r $REPS -t $threads -o csv" >&2
+nice -n "$NICE" "$llama_bench" -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" -o csv \
+    > "$tmp/llama.csv" 2> "$tmp/llama.err" || { cat "$tmp/llama.err" >&2; exit 1; }
+if [ -n "$DEPTH" ]; then
+    echo "running: llama-bench -m $model -d $DEPTH -p 0 -n $DTG -r $REPS -t $threads -o csv" >&2
+    nice -n "$NICE" "$llama_bench" -m "$model" -d "$DEPTH" -p 0 -n "$DTG" -r "$REPS" -t "$threads" -o csv \
+        2> "$tmp/llama-depth.err" | tail -n +2 >> "$tmp/llama.csv" || { cat "$tmp/llama-depth.err" >&2; exit 1; }
+fi
+
+# ---------------------------------------------------------------- promptkv
+pkv_args=(-m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" -o csv)
+echo "running: promptkv bench ${pkv_args[*]}" >&2
+nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" > "$tmp/pkv.csv" 2> "$tmp/pkv.err" ||
+    { cat "$tmp/pkv.err" >&2; exit 1; }
+if [ -n "$DEPTH" ]; then
+    pkv_args=(-m "$model" -p 0 -n 0 --depths "$DEPTH" --depth-gen "$DTG" --presses "$PRESSES" -r "$REPS"
+              -t "$threads" -o csv)
+    echo "running: promptkv bench ${pkv_args[*]}" >&2
+    nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" 2> "$tmp/pkv-depth.err" | tail -n +2 >> "$tmp/pkv.csv" ||
+        { cat "$tmp/pkv-depth.err" >&2; exit 1; }
+fi
+
+# ---------------------------------------------------------------- the table
+# mawk has no CSV mode: split on commas outside double quotes.
+awk_csv='
+function split_csv(line, out,    n, i, c, field, quoted) {
+    n = 0; field = ""; quoted = 0
+    for (i = 1; i <= length(line); i++) {
+        c = substr(line, i, 1)
+        if (c == "\"") { quoted = !quoted; continue }
+        if (c == "," && !quoted) { out[++n] = field; field = ""; continue }
+        field = field c
+    }
+    out[++n] = field
+    return n
+}
+function header(line, idx,    f, n, i) { n = split_csv(line, f); for (i = 1; i <= n; i++) idx[f[i]] = i }
+'
+
+awk "$awk_csv"'
+FNR == 1 { file++; delete h; header($0, h); next }
+file == 1 {
+    split_csv($0, f)
+    np = f[h["n_prompt"]]; ng = f[h["n_gen"]]; nd = f[h["n_depth"]]
+    test = (np > 0) ? "pp" np : "tg" ng
+    if (nd > 0) test = test "@d" nd
+    llama[test] = sprintf("%.2f ± %.2f", f[h["avg_ts"]], f[h["stddev_ts"]])
+    llama_ts[test] = f[h["avg_ts"]]
+    build = "build: " f[h["build_commit"]] " (" f[h["build_number"]] ")"
+    cpu = f[h["cpu_info"]]
+    order[++n_order] = test
+    next
+}
+file == 2 {
+    split_csv($0, f)
+    test = f[h["test"]]; press = f[h["press"]]
+    key = test SUBSEP press
+    rows[++n_rows] = key
+    pkv_test[key] = test; pkv_press[key] = press
+    pkv_mean[key] = sprintf("%.2f ± %.2f", f[h["tps_mean"]], f[h["tps_stddev"]])
+    pkv_median[key] = sprintf("%.2f", f[h["tps_median"]])
+    pkv_ts[key] = f[h["tps_mean"]]
+}
+END {
+    printf "\n| test | promptkv press | llama.cpp t/s | promptkv t/s (mean) | promptkv median | promptkv / llama.cpp |\n"
+    printf "| --- | --- | ---: | ---: | ---: | ---: |\n"
+    for (i = 1; i <= n_rows; i++) {
+        key = rows[i]; test = pkv_test[key]
+        ratio = (test in llama_ts && llama_ts[test] > 0) ? sprintf("%.2fx", pkv_ts[key] / llama_ts[test]) : "-"
+        printf "| %s | %s | %s | %s | %s | %s |\n", test, pkv_press[key], \
+            (test in llama) ? llama[test] : "-", pkv_mean[key], pkv_median[key], ratio
+    }
+    printf "\nllama.cpp %s (cpu_info %s)\n", build, cpu
+}' "$tmp/llama.csv" "$tmp/pkv.csv"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
