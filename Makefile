@@ -4,6 +4,8 @@
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
 #   make model      install the default model (Gemma 3 270M Q4_K_M) into models/
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
+#   make bench      re-run the measurements of docs/performance.md and docs/compression.md
+#                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
 
 CC      ?= gcc
 BUILD   ?= build
@@ -50,7 +52,7 @@ SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz clean demo
+.PHONY: all lib cli tests run test model fuzz clean demo bench
 all: $(BUILD)/libpromptkv.a $(BUILD)/promptkv
 lib: $(BUILD)/libpromptkv.a
 cli: $(BUILD)/promptkv
@@ -67,6 +69,9 @@ run: all $(DEFAULT_MODEL)
 
 test: all tests $(DEFAULT_MODEL)
 	BUILD=$(BUILD) tests/run-all.sh
+
+bench: all $(DEFAULT_MODEL)
+	tools/bench-docs.sh
 
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1

@@ -108,6 +108,16 @@ static void show_progress(void *user, const char *line) {
     fprintf(stderr, "bench: %s\n", line);
 }
 
+/* Each result on stderr as it completes: a long run that is stopped keeps them. */
+static void show_result(void *user, const pkv_bench_result *r) {
+    (void)user;
+    fprintf(stderr, "bench: result: %s | %s | %.3f t/s median (min %.3f) | %.2f ms/token | prefill %.2f s | press %.3f s "
+                    "| cache %llu B (full %llu) | peak RSS %llu B | BW frac %.3f\n",
+            r->test, r->press, r->tok_per_s.median, r->tok_per_s.min, r->ms_per_token.median, r->prefill_seconds,
+            r->press_seconds, (unsigned long long)r->cache_bytes, (unsigned long long)r->cache_bytes_full,
+            (unsigned long long)r->peak_rss, r->bw_fraction);
+}
+
 static double load_average(void) {
     FILE *f = fopen("/proc/loadavg", "r");
     double v = -1;
@@ -256,12 +266,14 @@ static int run_mem(pkv_model *m, const bench_args *a, pkv_press_cfg *const *pres
     pkv_error err;
     int_list probes = a->probes;
     if (probes.n == 0) probes = (int_list){{2048, 4096}, 2};
-    if (a->csv) printf("press,cap_bytes,probe_lengths,probe_peak_bytes,fixed_bytes,bytes_per_token,max_tokens\n");
+    if (a->csv)
+        printf("press,cap_bytes,probe_lengths,probe_peak_bytes,probe_cache_bytes,fixed_bytes,bytes_per_token,"
+               "max_tokens\n");
     else
         printf("\nlongest prompt whose KV cache + activations fit in %.0f MiB (peak RSS above the weights, "
                "measured at %d probe lengths and fitted a + b*n):\n\n"
-               "| press | probe peaks MiB | a MiB | b KiB/token | max prompt (tokens) | vs none |\n"
-               "| --- | --- | ---: | ---: | ---: | ---: |\n",
+               "| press | probe peaks MiB | cache KiB/token | a MiB | b KiB/token | max prompt (tokens) | vs none |\n"
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
                mib(a->mem_cap), probes.n);
     int64_t none_max = 0;
     for (int p = 0; p < n_presses; p++) {
@@ -284,12 +296,19 @@ static int run_mem(pkv_model *m, const bench_args *a, pkv_press_cfg *const *pres
         if (a->csv) {
             printf("\"%s\",%llu,", fit.press, (unsigned long long)fit.cap);
             for (int i = 0; i < fit.n_probes; i++) printf("%s%d", i ? ";" : "", fit.probe_len[i]);
-            printf(",%s,%.0f,%.1f,%lld\n", peaks, fit.fixed_bytes, fit.bytes_per_token, (long long)fit.max_tokens);
+            printf(",%s,", peaks);
+            for (int i = 0; i < fit.n_probes; i++) printf("%s%llu", i ? ";" : "", (unsigned long long)fit.probe_cache[i]);
+            printf(",%.0f,%.1f,%lld\n", fit.fixed_bytes, fit.bytes_per_token, (long long)fit.max_tokens);
         } else {
-            char ratio[32] = "";
+            char ratio[32] = "", cache[32] = "-";
             if (none_max > 0) snprintf(ratio, sizeof ratio, "%.2fx", (double)fit.max_tokens / none_max);
-            printf("| %s | %s | %.1f | %.2f | %lld | %s |\n", fit.press, peaks, fit.fixed_bytes / 1048576.0,
-                   fit.bytes_per_token / 1024.0, (long long)fit.max_tokens, ratio);
+            int last = fit.n_probes - 1;
+            if (last > 0 && fit.probe_len[last] != fit.probe_len[0])
+                snprintf(cache, sizeof cache, "%.2f",
+                         ((double)fit.probe_cache[last] - (double)fit.probe_cache[0]) /
+                             (fit.probe_len[last] - fit.probe_len[0]) / 1024.0);
+            printf("| %s | %s | %s | %.1f | %.2f | %lld | %s |\n", fit.press, peaks, cache,
+                   fit.fixed_bytes / 1048576.0, fit.bytes_per_token / 1024.0, (long long)fit.max_tokens, ratio);
         }
         if (!fit.rss_reset) fprintf(stderr, "bench: peak RSS could not be reset; probes share one peak\n");
     }
@@ -310,6 +329,7 @@ int cmd_bench(int argc, char **argv) {
     int pr = parse_args(&a, argc, argv);
     if (pr) return pr > 0 ? 0 : EXIT_USAGE;
     a.o.progress = show_progress;
+    a.o.on_result = show_result;
     double bw = 0;
     if (a.membw_only) return run_membw(&a, true, &bw) ? EXIT_RUNTIME : 0;
     if (!a.model_path) {

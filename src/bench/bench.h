@@ -24,6 +24,8 @@
 
 #include "promptkv.h"
 
+typedef struct pkv_bench_result pkv_bench_result;
+
 typedef struct {
     int n_threads;          /* <= 0: all CPUs */
     int n_batch;            /* prefill chunk; <= 0: the session default */
@@ -35,6 +37,9 @@ typedef struct {
     /* Called with one line of progress (no newline); may be NULL. */
     void (*progress)(void *user, const char *line);
     void *progress_user;
+    /* Called with each result as soon as it is complete (long runs keep what
+     * they measured even if stopped); may be NULL. */
+    void (*on_result)(void *user, const pkv_bench_result *r);
 } pkv_bench_opts;
 
 void pkv_bench_opts_default(pkv_bench_opts *opts);
@@ -87,7 +92,7 @@ int pkv_bench_membw(uint64_t buf_bytes, int n_threads, int passes, double *bytes
 
 typedef enum { PKV_BENCH_PP, PKV_BENCH_TG, PKV_BENCH_DEPTH } pkv_bench_kind;
 
-typedef struct {
+struct pkv_bench_result {
     pkv_bench_kind kind;
     char test[48];           /* "pp512", "tg128", "tg32@d16384" */
     char press[128];         /* the press as pkv_press_cfg_describe writes it; "none" */
@@ -106,7 +111,7 @@ typedef struct {
     uint64_t peak_rss;       /* bytes; 0: not measured */
     uint64_t decode_bytes_per_token; /* tg, depth: weights + cache read per step */
     double bw_fraction;      /* tg, depth: of the bandwidth bound; 0: unknown */
-} pkv_bench_result;
+};
 
 /* ppN: prefill tok/s of n_prompt random tokens through press (may be NULL). */
 int pkv_bench_prefill(pkv_model *model, const pkv_bench_opts *opts, int n_prompt, const pkv_press_cfg *press,

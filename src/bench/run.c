@@ -28,6 +28,10 @@ __attribute__((format(printf, 2, 3))) static void progress(const pkv_bench_opts 
     o->progress(o->progress_user, line);
 }
 
+static void report(const pkv_bench_opts *o, const pkv_bench_result *r) {
+    if (o->on_result) o->on_result(o->progress_user, r);
+}
+
 static bool is_press(const pkv_press_cfg *p) { return p && p->ops; }
 
 static void describe_press(const pkv_press_cfg *p, char *buf, int len) {
@@ -118,6 +122,7 @@ int pkv_bench_prefill(pkv_model *m, const pkv_bench_opts *o, int n_prompt, const
     out->press_share = ps.median > 0 ? pr.median / ps.median : 0.0;
     out->cache_bytes = st.cache_bytes;
     out->cache_bytes_full = st.cache_bytes_full;
+    report(o, out);
     rc = 0;
 done:
     pkv_session_free(s);
@@ -207,6 +212,7 @@ int pkv_bench_decode(pkv_model *m, const pkv_bench_opts *o, int n_gen, pkv_bench
     out->cache_bytes_full = cache_end;
     /* the cache grows from empty to n_gen rows: on average half of it is read */
     fill_decode_roofline(m, o, cache_end / 2, out);
+    report(o, out);
     rc = 0;
 done:
     free(tps);
@@ -233,6 +239,7 @@ static int depth_decode(const depth_ctx *c, const pkv_session *start, pkv_bench_
     pkv_bench_stat_of(c->tps, reps_of(c->o), &r->tok_per_s);
     pkv_bench_stat_of(c->ms, reps_of(c->o), &r->ms_per_token);
     fill_decode_roofline(c->m, c->o, r->cache_bytes, r);
+    report(c->o, r);
     return 0;
 }
 
