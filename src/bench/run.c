@@ -150,6 +150,13 @@ static int decode_steps(pkv_session *s, const pkv_model *m, uint64_t *rng, int n
     return 0;
 }
 
+/* d's state becomes start's (a copy), or empty when start is NULL. */
+static int restore(pkv_session *d, const pkv_session *start, pkv_error *err) {
+    if (start) return pkv_session_copy(d, start, NULL, NULL, err);
+    pkv_session_reset(d);
+    return 0;
+}
+
 /* Decode timings over reps, each from a copy of `start` (an empty session
  * when start is NULL): llama-bench clears the cache, or restores its saved
  * depth state, before each repetition. */
@@ -163,13 +170,11 @@ static int time_decode(pkv_model *m, const pkv_bench_opts *o, const pkv_session 
     double sec;
     if (o->warmup) {
         progress(o, "%s: warmup", label);
-        if (start ? pkv_session_copy(d, start, NULL, NULL, err) : (pkv_session_reset(d), 0)) goto done;
-        if (decode_steps(d, m, &rng, 1, &sec, err)) goto done;
+        if (restore(d, start, err) || decode_steps(d, m, &rng, 1, &sec, err)) goto done;
     }
     for (int r = 0; r < reps; r++) {
         progress(o, "%s: repetition %d/%d", label, r + 1, reps);
-        if (start ? pkv_session_copy(d, start, NULL, NULL, err) : (pkv_session_reset(d), 0)) goto done;
-        if (decode_steps(d, m, &rng, n_gen, &sec, err)) goto done;
+        if (restore(d, start, err) || decode_steps(d, m, &rng, n_gen, &sec, err)) goto done;
         tps[r] = n_gen / sec;
         ms[r] = 1000.0 * sec / n_gen;
     }
