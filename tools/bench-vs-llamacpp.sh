@@ -19,6 +19,10 @@
 #   PRESSES=none,snapkv:budget=1024
 #   PROMPTKV=build/promptkv  the promptkv binary
 #   NICE=10                  niceness of both runs (the machine may be shared)
+#   LLAMA_ARGS="--poll 0"    extra llama-bench arguments; on a machine with more runnable
+#                            threads than CPUs, llama.cpp's spin-waiting barriers (--poll 50,
+#                            the default) stall whenever a thread is descheduled, while
+#                            promptkv's pool sleeps: --poll 0 makes both wait the same way
 #
 # It never fetches or builds llama.cpp: LLAMA_BENCH_PATH is an existing
 # llama-bench binary; its directory is put on LD_LIBRARY_PATH for its shared
@@ -26,7 +30,7 @@
 set -euo pipefail
 
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 llama_bench=$1
@@ -40,6 +44,7 @@ DTG=${DTG:-32}
 PRESSES=${PRESSES:-none}
 PROMPTKV=${PROMPTKV:-build/promptkv}
 NICE=${NICE:-10}
+LLAMA_ARGS=${LLAMA_ARGS:-}
 
 [ -x "$llama_bench" ] || { echo "bench-vs-llamacpp: $llama_bench is not an executable llama-bench" >&2; exit 1; }
 [ -r "$model" ] || { echo "bench-vs-llamacpp: cannot read model $model" >&2; exit 1; }
@@ -56,12 +61,14 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPU
 echo "model: $model"
 
 # ---------------------------------------------------------------- llama.cpp
-echo "running: llama-bench -m $model -p $PP -n $TG -r $REPS -t $threads -o csv" >&2
-nice -n "$NICE" "$llama_bench" -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" -o csv \
+# shellcheck disable=SC2086 # LLAMA_ARGS is a list of words
+echo "running: llama-bench -m $model -p $PP -n $TG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
+nice -n "$NICE" "$llama_bench" -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" $LLAMA_ARGS -o csv \
     > "$tmp/llama.csv" 2> "$tmp/llama.err" || { cat "$tmp/llama.err" >&2; exit 1; }
 if [ -n "$DEPTH" ]; then
-    echo "running: llama-bench -m $model -d $DEPTH -p 0 -n $DTG -r $REPS -t $threads -o csv" >&2
-    nice -n "$NICE" "$llama_bench" -m "$model" -d "$DEPTH" -p 0 -n "$DTG" -r "$REPS" -t "$threads" -o csv \
+    echo "running: llama-bench -m $model -d $DEPTH -p 0 -n $DTG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
+    # shellcheck disable=SC2086
+    nice -n "$NICE" "$llama_bench" -m "$model" -d "$DEPTH" -p 0 -n "$DTG" -r "$REPS" -t "$threads" $LLAMA_ARGS -o csv \
         2> "$tmp/llama-depth.err" | tail -n +2 >> "$tmp/llama.csv" || { cat "$tmp/llama-depth.err" >&2; exit 1; }
 fi
 
