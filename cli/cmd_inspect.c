@@ -2,8 +2,11 @@
  * promptkv inspect: which prompt tokens survive a press, so a user can see
  * what the model will still "see". Prints rows kept per layer and head, and
  * writes an HTML page shading each prompt token by how many heads kept it
- * (all full-attention layers together, then one section per layer).
+ * (all full-attention layers together, then one section per layer). With
+ * ProtoKV, --clusters shows one head's clusters: which tokens are SAT
+ * candidates, which cluster each token joined, which clusters were kept.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,9 @@ static const char INSPECT_USAGE[] =
     "Prefills the prompt with the press and shows which tokens each full-attention layer and head kept.\n"
     "  --html FILE       write a page that shades every prompt token by how many heads kept it\n"
     "  --tokens N        print the first N tokens with their keep counts (default 0)\n"
+    "  --clusters L:H    protokv: the clusters of KV head H of layer L (SAT candidates, the cluster each\n"
+    "                    token joined, kept clusters; with --tokens N every one of the first N tokens);\n"
+    "                    --clusters all: one line per full layer and head with how tightly SATs cluster\n"
     "  -t, --threads N   threads\n"
     "  -c, --ctx-size N  context length (default: the model's)\n"
     "  -h, --help        this help; press options as in promptkv run --help-press\n";
@@ -125,8 +131,113 @@ static int write_html(const char *path, const pkv_model *m, const int32_t *toks,
     return fclose(out);
 }
 
+/* ---------------------------------------------------------------- ProtoKV clusters */
+
+typedef struct {
+    const pkv_model *m;
+    const int32_t *toks;
+    int n_tok;
+    long n_show;     /* tokens listed one per line */
+    bool summary;    /* --clusters all: one line per head */
+    int n_views;
+} cluster_watch;
+
+static void print_piece(const pkv_model *m, int32_t tok, int width) {
+    char piece[64];
+    int n = pkv_token_to_piece(m, tok, true, piece, sizeof piece);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof piece) n = sizeof piece;
+    int shown = 0;
+    putchar('\'');
+    for (int k = 0; k < n && shown < width; k++, shown++) putchar(piece[k] == '\n' ? ' ' : piece[k]);
+    putchar('\'');
+    for (; shown < width; shown++) putchar(' ');
+}
+
+static const char *kept_word(int8_t k) { return k == 2 ? "whole" : k == 1 ? "partly" : "no"; }
+
+/* Gamma = intra / inter mean cosine; "clustered" when the SATs are more alike among themselves */
+static void print_gamma(const char *what, double intra, double inter) {
+    printf("%s intra %.3f inter %.3f", what, intra, inter);
+    if (inter > 0.0 && isfinite(intra)) printf(" Gamma %.2f", intra / inter);
+    else printf(" Gamma n/a");
+}
+
+static void print_cluster_summary(const pkv_cluster_view *v) {
+    int n_sat = 0, whole = 0, part = 0;
+    for (int i = 0; i < v->n_prefix; i++) n_sat += v->sat_bucket[i] >= 0;
+    for (int c = 0; c < v->n_clusters; c++) {
+        whole += v->cluster_kept[c] == 2;
+        part += v->cluster_kept[c] == 1;
+    }
+    printf("layer %d head %d: %d prefix rows, %d SATs in %d buckets, %d clusters, kept %d whole + %d partly; ", v->layer,
+           v->head, v->n_prefix, n_sat, v->n_sat_clusters, v->n_clusters, whole, part);
+    print_gamma("SATs", v->sat_intra, v->sat_inter);
+    print_gamma("; random rows", v->rand_intra, v->rand_inter);
+    putchar('\n');
+}
+
+static int cmp_score_desc(const void *a, const void *b, void *scores) {
+    const double *s = scores;
+    int x = *(const int *)a, y = *(const int *)b;
+    if (s[x] != s[y]) return s[x] > s[y] ? -1 : 1;
+    return x - y;
+}
+
+/* The head's clusters by score: kind, rows, score, kept, first positions. */
+static void print_cluster_table(const pkv_cluster_view *v) {
+    int *order = malloc((size_t)v->n_clusters * sizeof *order);
+    if (!order) return;
+    int n = 0;
+    for (int c = 0; c < v->n_clusters; c++)
+        if (v->cluster_size[c]) order[n++] = c;
+    qsort_r(order, (size_t)n, sizeof *order, cmp_score_desc, (void *)v->cluster_score);
+    printf("%d non-empty clusters by score (SAT clusters are 0..%d):\n", n, v->n_sat_clusters - 1);
+    printf("  %-7s %-5s %6s %14s  %-6s %s\n", "cluster", "kind", "rows", "score", "kept", "positions");
+    for (int k = 0; k < n; k++) {
+        int c = order[k];
+        printf("  %-7d %-5s %6d %14.4f  %-6s", c, c < v->n_sat_clusters ? "SAT" : "chunk", v->cluster_size[c],
+               v->cluster_score[c], kept_word(v->cluster_kept[c]));
+        int shown = 0;
+        for (int i = 0; i < v->n_prefix && shown < 12; i++)
+            if (v->cluster[i] == c) {
+                printf(" %d", v->pos[i]);
+                shown++;
+            }
+        if (v->cluster_size[c] > shown) printf(" ...");
+        putchar('\n');
+    }
+    free(order);
+}
+
+static void on_clusters(void *user, const pkv_cluster_view *v) {
+    cluster_watch *w = user;
+    w->n_views++;
+    print_cluster_summary(v);
+    if (w->summary) return;
+    printf("SAT candidates (outlier degree, LSH bucket, cluster joined, kept):\n");
+    for (int i = 0; i < v->n_prefix; i++) {
+        if (v->sat_bucket[i] < 0) continue;
+        printf("  pos %6d ", v->pos[i]);
+        if (v->pos[i] < w->n_tok) print_piece(w->m, w->toks[v->pos[i]], 14);
+        printf(" theta %6.2f bucket %d cluster %d %s\n", v->theta[i], v->sat_bucket[i], v->cluster[i],
+               v->row_kept[i] ? "kept" : "evicted");
+    }
+    print_cluster_table(v);
+    if (w->n_show > 0) printf("first %ld tokens (cluster joined; window rows are always kept):\n", w->n_show);
+    for (int i = 0; i < v->n_rows && i < w->n_show; i++) {
+        printf("  pos %6d ", v->pos[i]);
+        if (v->pos[i] < w->n_tok) print_piece(w->m, w->toks[v->pos[i]], 14);
+        if (i < v->n_prefix)
+            printf(" theta %6.2f %-3s cluster %-4d (%s) %s\n", v->theta[i], v->sat_bucket[i] >= 0 ? "SAT" : "",
+                   v->cluster[i], v->cluster[i] < v->n_sat_clusters ? "SAT" : "chunk", v->row_kept[i] ? "kept" : "evicted");
+        else
+            printf(" window kept\n");
+    }
+}
+
 int cmd_inspect(int argc, char **argv) {
-    const char *cmd = "inspect", *model_path = NULL, *prompt = NULL, *file = NULL, *html = NULL, *v;
+    const char *cmd = "inspect", *model_path = NULL, *prompt = NULL, *file = NULL, *html = NULL, *clusters = NULL, *v;
     long n_show = 0, n;
     press_args pa;
     memset(&pa, 0, sizeof pa);
@@ -146,6 +257,7 @@ int cmd_inspect(int argc, char **argv) {
         else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) prompt = v;
         else if (!strcmp(f, "-f") || !strcmp(f, "--file")) file = v;
         else if (!strcmp(f, "--html")) html = v;
+        else if (!strcmp(f, "--clusters")) clusters = v;
         else if (!strcmp(f, "--tokens")) {
             if (!cli_int(cmd, f, v, 0, 1 << 30, &n_show)) return EXIT_USAGE;
         } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
@@ -169,6 +281,24 @@ int cmd_inspect(int argc, char **argv) {
     }
     pkv_press_cfg *press = press_args_build(&pa, cmd);
     if (!press) return EXIT_USAGE;
+    cluster_watch cw = {.n_show = n_show, .summary = clusters && !strcmp(clusters, "all")};
+    int watch_layer = -1, watch_head = -1;
+    if (clusters && !cw.summary) {
+        char tail;
+        if (sscanf(clusters, "%d:%d%c", &watch_layer, &watch_head, &tail) != 2 || watch_layer < 0 || watch_head < 0) {
+            cli_error(cmd, "--clusters expects LAYER:HEAD (e.g. 5:0) or all, got '%s'", clusters);
+            pkv_press_cfg_free(press);
+            return EXIT_USAGE;
+        }
+    }
+    if (clusters) {
+        pkv_error werr;
+        if (pkv_press_cfg_watch_clusters(press, watch_layer, watch_head, on_clusters, &cw, &werr)) {
+            cli_error(cmd, "--clusters: %s", werr.msg);
+            pkv_press_cfg_free(press);
+            return EXIT_USAGE;
+        }
+    }
     size_t len = 0;
     char *text = file ? cli_read_file(cmd, file, &len) : NULL;
     if (file && !text) {
@@ -189,11 +319,19 @@ int cmd_inspect(int argc, char **argv) {
         cli_error(cmd, "%s", n_tok < 0 && toks ? err.msg : "the prompt is empty");
         goto done;
     }
+    cw.m = m;
+    cw.toks = toks;
+    cw.n_tok = n_tok;
     s = pkv_session_new(m, &so, &err);
     pkv_prefill_stats ps;
     if (!s || pkv_prefill(s, toks, n_tok, press, &ps, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
+    }
+    if (clusters && !cw.n_views) {
+        cli_error(cmd, "--clusters %s: no such compressed full-attention layer and head (see the table below)",
+                  clusters);
+        rc = EXIT_USAGE;
     }
     if (build_map(s, n_tok, &km)) {
         cli_error(cmd, "out of memory");
@@ -217,7 +355,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     printf("tokens kept by every head: %d; by none: %d; of %d\n", always, never, n_tok);
     char piece[128];
-    for (int t = 0; t < n_tok && t < n_show; t++) {
+    for (int t = 0; t < n_tok && t < n_show && !clusters; t++) {
         int pl = pkv_token_to_piece(m, toks[t], true, piece, sizeof piece);
         if (pl > (int)sizeof piece) pl = sizeof piece;
         printf("%6d %3d/%-3d ", t, kept_all_layers(&km, n_tok, t), km.total_heads);
@@ -231,7 +369,7 @@ int cmd_inspect(int argc, char **argv) {
         }
         printf("wrote %s\n", html);
     }
-    rc = 0;
+    if (rc != EXIT_USAGE) rc = 0;
 done:
     free_map(&km);
     pkv_session_free(s);

@@ -19,6 +19,7 @@ static const command COMMANDS[] = {
     {"inspect", cmd_inspect, "which prompt tokens a press keeps, per layer and head (and as an HTML page)"},
     {"bench", cmd_bench, "prefill and decode speed, decode latency vs prompt length, memory (like llama-bench)"},
     {"synth", cmd_synth, "write a random-weight GGUF with the exact shape of a real model"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with per-request KV-cache compression"},
 };
 
 static void usage(FILE *out) {

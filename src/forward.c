@@ -76,13 +76,50 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
 }
 
 static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
-    size_t need = pkv_attention_scratch_floats(&s->cache, layer, pkv_pool_size(s->pool));
+    size_t need = pkv_attention_scratch_floats(&s->cache, layer, s->model->hp.n_head, pkv_pool_size(s->pool));
     if (s->work.attn_scratch_cap >= need) return 0;
     need += need / 2; /* room for the rows decode will add */
     if (grow((void **)&s->work.attn_scratch, need * sizeof(float), err)) return -1;
     s->work.attn_scratch_cap = need;
     return 0;
 }
+
+/* ---------------------------------------------------------------- the memory cap */
+
+/* Bytes of activations and scratch the session holds (the work buffers, the
+ * press arena, the probes). */
+static uint64_t work_bytes(const pkv_session *s) {
+    const pkv_hparams *hp = &s->model->hp;
+    const pkv_work *w = &s->work;
+    uint64_t per_tok = (uint64_t)hp->n_embd * 2 + (uint64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v) +
+                       (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + 2 * (uint64_t)hp->n_ff + 1;
+    uint64_t b = (uint64_t)w->n_tok_cap * per_tok * sizeof(float) + w->act_bytes;
+    b += (uint64_t)w->hidden_cap * hp->n_embd * sizeof(float);
+    b += w->logit_rows ? (uint64_t)LOGIT_ROWS * hp->n_vocab * sizeof(float) : 0;
+    b += w->attn_scratch_cap * sizeof(float) + s->arena.peak;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const pkv_layer_probe *p = &s->probes[il];
+        b += (uint64_t)p->window * ((uint64_t)hp->n_head * hp->head_dim_k + 1) * sizeof(float);
+        b += (uint64_t)p->acc_rows * hp->n_head * sizeof(float);
+    }
+    return b;
+}
+
+/* With a cap (pkv_session_opts.mem_cap_bytes), the KV cache plus activations
+ * may not exceed it: a clear error instead of running the machine out of memory. */
+static int check_mem_cap(pkv_session *s, int layer, pkv_error *err) {
+    uint64_t cache = pkv_kvcache_alloc_bytes(&s->cache), work = work_bytes(s);
+    if (cache + work > s->peak_mem) s->peak_mem = cache + work;
+    uint64_t cap = s->opts.mem_cap_bytes;
+    if (!cap || cache + work <= cap) return 0;
+    return pkv_fail(err, PKV_ERR_LIMIT,
+                    "memory cap of %.1f MiB exceeded at layer %d: KV cache %.1f MiB + activations %.1f MiB",
+                    cap / 1048576.0, layer, cache / 1048576.0, work / 1048576.0);
+}
+
+uint64_t pkv_session_mem_bytes(const pkv_session *s) { return pkv_kvcache_alloc_bytes(&s->cache) + work_bytes(s); }
+
+uint64_t pkv_session_peak_mem_bytes(const pkv_session *s) { return s->peak_mem; }
 
 /* ---------------------------------------------------------------- probes: what a press needs */
 
@@ -174,15 +211,21 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
         pkv_kv_head *h = &L->heads[g];
         n_rows[g] = h->n_rows;
         pos[g] = h->pos;
-        float *k = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_k * sizeof(float) + 4);
-        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
-        pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
-        keys[g] = k;
-        if (ops->needs_values) {
-            float *v = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_v * sizeof(float) + 4);
-            if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
-            pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
-            values[g] = v;
+        if (c->type == PKV_CACHE_F32) {
+            /* presses read f32 rows: an f32 cache is handed over as it is */
+            keys[g] = h->k;
+            values[g] = h->v;
+        } else {
+            float *k = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_k * sizeof(float) + 4);
+            if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
+            pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
+            keys[g] = k;
+            if (ops->needs_values) {
+                float *v = pkv_arena_alloc(arena, (size_t)h->n_rows * L->head_dim_v * sizeof(float) + 4);
+                if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
+                pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
+                values[g] = v;
+            }
         }
         if (ops->needs_attn_sum) {
             if (h->n_rows > probe->acc_rows)
@@ -196,9 +239,18 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
                 counts[g][j] = h->pos[j] < probe->first_pos ? probe->n_new : end - h->pos[j];
         }
     }
+    /* the layer schedule (PyramidKV) runs over the pressed, full-attention layers */
+    int press_layer = 0, n_press_layers = 0;
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (!pkv_layer_is_full(s->model, l)) continue;
+        if (l < il) press_layer++;
+        n_press_layers++;
+    }
     pkv_press_input in = {
         .layer = il,
         .n_layers = hp->n_layer,
+        .press_layer = press_layer,
+        .n_press_layers = n_press_layers,
         .n_head = hp->n_head,
         .n_head_kv = nkv,
         .head_dim_k = L->head_dim_k,
@@ -219,6 +271,7 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
     };
     pkv_press_selection sel;
     if (pkv_press_run(cfg, &in, &sel, err)) return -1;
+    if (check_mem_cap(s, il, err)) return -1; /* the press's scratch counts too */
 
     int64_t before = pkv_kvcache_layer_rows(c, il);
     if (sel.per_query_head) {
@@ -259,9 +312,9 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
     bool swa = !pkv_layer_is_full(m, il);
 
     pkv_rmsnorm(w->x, x, L->attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    matmul(s, &L->wq, w->x, n_tok, w->q);
-    matmul(s, &L->wk, w->x, n_tok, w->k);
-    matmul(s, &L->wv, w->x, n_tok, w->v);
+    const pkv_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {w->q, w->k, w->v};
+    pkv_matmul_n(&s->comp, 3, qkv, w->x, n_tok, qkv_out, s->work.act);
     if (pkv_tensor_present(&L->bq)) {
         pkv_add_bias(w->q, L->bq.data, (int)L->bq.ne[0], n_tok);
         pkv_add_bias(w->k, L->bk.data, (int)L->bk.ne[0], n_tok);
@@ -279,6 +332,7 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
     if (pkv_kvcache_reserve(&s->cache, il, n_tok, err)) return -1;
     pkv_kvcache_append(&s->cache, s->comp.kern, il, w->k, w->v, pos, n_tok);
     if (ensure_attn_scratch(s, il, err)) return -1;
+    if (check_mem_cap(s, il, err)) return -1;
 
     pkv_attn_params ap = {
         .n_head = hp->n_head, .scale = hp->attn_scale, .softcap = hp->attn_logit_softcap, .acc_probs = acc};
@@ -298,10 +352,11 @@ static void ffn_block(pkv_session *s, int il, float *x, int n_tok) {
     pkv_work *w = &s->work;
 
     pkv_rmsnorm(w->x, x, L->ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    matmul(s, &L->w_gate, w->x, n_tok, w->gate);
-    matmul(s, &L->w_up, w->x, n_tok, w->up);
-    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    else pkv_silu_mul(w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    const pkv_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
+    float *gate_up_out[2] = {w->gate, w->up};
+    pkv_matmul_n(&s->comp, 2, gate_up, w->x, n_tok, gate_up_out, s->work.act);
+    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    else pkv_silu_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
     matmul(s, &L->w_down, w->gate, n_tok, w->proj);
     if (pkv_tensor_present(&L->post_ffn_norm))
         pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
@@ -332,6 +387,9 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     int n_batch = s->opts.n_batch;
     int chunk_cap = n < n_batch ? n : n_batch;
     if (stats) memset(stats, 0, sizeof *stats);
+    if (s->broken)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "an earlier call on this session stopped midway (interrupted or out of memory): reset it first");
     if (ensure_chunk_buffers(s, chunk_cap < LOGIT_ROWS ? LOGIT_ROWS : chunk_cap, err)) return -1;
     if (ensure_hidden(s, n, err)) return -1;
     if (row_fn && !w->logit_rows &&
@@ -363,8 +421,10 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
             for (int i = 0; i < hp->n_embd; i++) row[i] *= hp->embd_scale;
     }
 
+    /* from here on a failure leaves layers at different lengths: the session needs a reset */
+    s->broken = true;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (s->interrupted) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
+        if (atomic_load(&s->interrupted)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted at layer %d", il);
         /* sliding-window layers are never pressed (D.6): only full layers are probed */
         bool probed = probing && pkv_layer_is_full(m, il);
         pkv_layer_probe *probe = &s->probes[il];
@@ -394,7 +454,15 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
         compute_logits(s, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
     }
     s->n_pos += n;
+    s->broken = false;
     /* the probes describe an uncompressed cache only if no press ran */
     s->probes_ok = probing && !press;
+    /* a long prompt's residual stream and press scratch are not needed by decode: give them back */
+    if (w->hidden_cap > n_batch) {
+        free(w->hidden);
+        w->hidden = NULL;
+        w->hidden_cap = 0;
+    }
+    pkv_arena_free(&s->arena);
     return 0;
 }

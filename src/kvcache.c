@@ -244,6 +244,14 @@ int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer) {
     return n;
 }
 
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c) {
+    uint64_t total = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->layers[l].n_heads; h++)
+            total += (uint64_t)c->layers[l].heads[h].cap * pkv_kvcache_row_bytes(c, l);
+    return total;
+}
+
 uint64_t pkv_kvcache_bytes(const pkv_kvcache *c) {
     uint64_t total = 0;
     for (int l = 0; l < c->n_layers; l++) total += (uint64_t)pkv_kvcache_layer_rows(c, l) * pkv_kvcache_row_bytes(c, l);

@@ -83,6 +83,9 @@ void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer
 void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
                         float *dst);
 
+/* Bytes allocated (capacity, not only used rows): what the cache costs in memory. */
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c);
+
 /* Bytes held: every row's key, value and position, all layers and heads. */
 uint64_t pkv_kvcache_bytes(const pkv_kvcache *c);
 /* Bytes of one row (key + value + position) in a layer. */

@@ -111,10 +111,11 @@ void pkv_session_reset(pkv_session *s) {
     pkv_kvcache_clear(&s->cache);
     s->n_pos = 0;
     s->probes_ok = false;
-    s->interrupted = 0;
+    s->broken = false;
+    atomic_store(&s->interrupted, 0);
 }
 
-void pkv_session_interrupt(pkv_session *s) { s->interrupted = 1; }
+void pkv_session_interrupt(pkv_session *s) { atomic_store(&s->interrupted, 1); }
 
 const pkv_model *pkv_session_model(const pkv_session *s) { return s->model; }
 
@@ -192,7 +193,9 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
         if (press->ops->needs_attn_sum && !src->opts.keep_attn_sums)
             return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_attn_sums in the source session", press->ops->name);
     }
+    if (src->broken) return pkv_fail(err, PKV_ERR_ARG, "the source session stopped midway in its last call");
     double t0 = now_seconds();
+    dst->broken = true;
     if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
     dst->n_pos = src->n_pos;
     memcpy(dst->logits, src->logits, (size_t)src->model->hp.n_vocab * sizeof(float));
@@ -207,6 +210,7 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
             if (pkv_press_layer(dst, &src->probes[il], press, il, &fs, err)) return -1;
         }
     }
+    dst->broken = false;
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->prefill_seconds = now_seconds() - t0;

@@ -2,7 +2,7 @@
 #ifndef PKV_SESSION_H
 #define PKV_SESSION_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "arena.h"
 #include "kvcache.h"
@@ -56,7 +56,9 @@ struct pkv_session {
     pkv_arena arena;  /* per-layer press scratch */
     pkv_layer_probe *probes;  /* [n_layer]; probes_ok when the last prefill kept them uncompressed */
     bool probes_ok;
-    volatile sig_atomic_t interrupted;
+    uint64_t peak_mem;        /* most KV cache + activations bytes seen */
+    bool broken;              /* a call failed midway; only a reset helps */
+    atomic_int interrupted; /* set from a signal handler or another thread (lock-free) */
 };
 
 /* Called with the logits of each requested row. */

@@ -359,3 +359,62 @@ TEST(press_engine_copy_equals_direct) {
     pkv_session_free(dst);
     pkv_model_free(m);
 }
+
+/* The memory cap: the full cache of a long prompt does not fit, the compressed
+ * one does, because only one layer's uncompressed K/V is alive at a time.
+ * (f32 cache: presses read its rows in place, without a scratch copy.) */
+TEST(press_engine_memory_cap) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int32_t toks[400];
+    prompt_tokens(toks, 400, pkv_n_vocab(m), 4);
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_ctx = 512;
+    so.n_batch = 64;
+    so.cache_type = PKV_CACHE_F32;
+    const char *opts[] = {"budget", "24", "window", "8", NULL};
+    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    REQUIRE(s);
+    CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == 0);
+    uint64_t peak_full = pkv_session_peak_mem_bytes(s), after_full = pkv_session_cache_bytes(s);
+    pkv_session_free(s);
+    s = pkv_session_new(m, &so, &err);
+    CHECK(pkv_prefill(s, toks, 400, cfg, NULL, &err) == 0);
+    uint64_t peak_snap = pkv_session_peak_mem_bytes(s), after_snap = pkv_session_cache_bytes(s);
+    pkv_session_free(s);
+    CHECK_MSG(peak_snap < peak_full, "peak with snapkv %llu >= without %llu", (unsigned long long)peak_snap,
+              (unsigned long long)peak_full);
+    CHECK(after_snap < after_full / 4);
+    /* a cap between the two peaks: the full cache fails with a clear error, the compressed one fits */
+    so.mem_cap_bytes = (peak_full + peak_snap) / 2;
+    s = pkv_session_new(m, &so, &err);
+    CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == -1 && err.code == PKV_ERR_LIMIT && strstr(err.msg, "memory cap"));
+    pkv_session_reset(s);
+    CHECK_MSG(pkv_prefill(s, toks, 400, cfg, NULL, &err) == 0, "%s", err.msg);
+    CHECK(pkv_decode(s, 7, &err) == 0);
+    pkv_press_cfg_free(cfg);
+    pkv_session_free(s);
+    pkv_model_free(m);
+}
+
+/* An interrupted prefill leaves the session unusable until it is reset (its
+ * layers are at different lengths), and says so. */
+TEST(press_engine_interrupt_then_reset) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_session *s = new_session(m, 1);
+    int32_t toks[50];
+    prompt_tokens(toks, 50, pkv_n_vocab(m), 2);
+    pkv_session_interrupt(s);
+    CHECK(pkv_prefill(s, toks, 50, NULL, NULL, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
+    CHECK(pkv_decode(s, 5, &err) == -1 && strstr(err.msg, "reset it first"));
+    pkv_session_reset(s);
+    CHECK(pkv_prefill(s, toks, 50, NULL, NULL, &err) == 0);
+    CHECK(pkv_decode(s, 5, &err) == 0);
+    pkv_session_free(s);
+    pkv_model_free(m);
+}
