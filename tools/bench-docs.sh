@@ -3,20 +3,19 @@
 #
 #   tools/bench-docs.sh [STEP...]          (make bench runs it with every step)
 #
-# Steps (default: all, in this order):
-#   gemma-vs-llamacpp   Gemma 3 270M Q4_K_M: pp512 / tg128 against llama-bench
-#   llama1b-vs-llamacpp Llama-3.2-1B shape Q8_0: pp512 / tg128 against llama-bench
-#   gemma-depths        Gemma: decode ms/token at 1K..32K, none vs snapkv --budget 1024, one
-#                       prefill per press (peak RSS, cache bytes, press share)
-#   llama1b-depths      1B shape: decode ms/token at 1K, 4K, 16K, none vs snapkv --budget 1024
-#                       (one prefill per depth, the press on a copy)
-#   llama1b-press16k    1B shape: a 16K prefill with snapkv inside it (its peak RSS, press share)
-#   llama1b-llamacpp-d16k  llama-bench -d 16384 -p 0 -n 32: llama.cpp's full-cache decode at 16K
-#   llama1b-32k         1B shape: decode at 32K with snapkv --budget 1024 (long: a 32K prefill)
-#   gemma-mem, llama1b-mem  longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
+# Steps (default: all, in this order; llama1b-32k only when named):
+#   gemma-vs-llamacpp        Gemma 3 270M Q4_K_M: pp512 / tg64 against llama-bench, ROUNDS alternating rounds
+#   gemma-vs-llamacpp-poll0  the same with llama-bench --poll 0 (threads sleep at barriers, as promptkv's do)
+#   llama1b-vs-llamacpp, llama1b-vs-llamacpp-poll0   the same on the Llama-3.2-1B shape, Q8_0
+#   llama1b-depths           1B shape: decode ms/token after 1K..16K-token prompts, none / snapkv / protokv
+#                            (budget 1024; one prefill per length, each press on a copy of its cache)
+#   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
+#   gemma-depths             Gemma: the same curve from 1K to 32K
+#   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
+#   llama1b-32k              1B shape at 32K, none and snapkv (long: a 32K prefill)
 #
 # Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it),
-# OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 5),
+# OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 3), ROUNDS (default 2),
 # MEM_CAP (default 8G), PROMPTKV (default build/promptkv).
 # Models: models/gemma-3-270m-q4_k_m.gguf (make model) and models/llama-3.2-1b-q8_0.gguf
 # (written here with promptkv synth when missing). Each step writes STEP.md (the command and
@@ -27,7 +26,8 @@ PROMPTKV=${PROMPTKV:-build/promptkv}
 OUT=${OUT:-out/bench}
 THREADS=${THREADS:-2}
 NICE=${NICE:-10}
-REPS=${REPS:-5}
+REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-2}
 MEM_CAP=${MEM_CAP:-8G}
 LLAMA_BENCH=${LLAMA_BENCH:-}
 GEMMA=models/gemma-3-270m-q4_k_m.gguf
@@ -70,62 +70,63 @@ run() {
     } >> "$md"
 }
 
+# vs_llamacpp STEP MODEL [VAR=VALUE...]: tools/bench-vs-llamacpp.sh in ROUNDS alternating rounds
 vs_llamacpp() {
     local step=$1 model=$2
+    shift 2
     if [ -z "$LLAMA_BENCH" ]; then echo "bench-docs: $step skipped (set LLAMA_BENCH)" >&2; return; fi
-    run "$step" env NICE=0 PROMPTKV="$PROMPTKV" REPS="$REPS" tools/bench-vs-llamacpp.sh "$LLAMA_BENCH" "$model" "$THREADS"
+    run "$step" env NICE=0 PROMPTKV="$PROMPTKV" REPS="$REPS" ROUNDS="$ROUNDS" PP=512 TG=64 "$@" \
+        tools/bench-vs-llamacpp.sh "$LLAMA_BENCH" "$model" "$THREADS"
 }
 
 step_gemma-vs-llamacpp() { need_gemma; vs_llamacpp gemma-vs-llamacpp "$GEMMA"; }
+step_gemma-vs-llamacpp-poll0() { need_gemma; vs_llamacpp gemma-vs-llamacpp-poll0 "$GEMMA" LLAMA_ARGS="--poll 0"; }
 step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B"; }
+step_llama1b-vs-llamacpp-poll0() { need_1b; vs_llamacpp llama1b-vs-llamacpp-poll0 "$L1B" LLAMA_ARGS="--poll 0"; }
 
-step_gemma-depths() {
-    need_gemma
-    run gemma-depths "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 0 --depths 1024,4096,16384,32768 --depth-gen 32 \
-        -r "$REPS" -t "$THREADS" --press snapkv --budget 1024 --separate-prefill \
-        --csv "$OUT/gemma-depths.csv" --svg "$OUT/gemma-depths.svg"
+# llama.cpp's full-cache decode after a 16K prompt against promptkv's, none and snapkv, in one run
+step_llama1b-vs-llamacpp-d16k() {
+    need_1b
+    vs_llamacpp llama1b-vs-llamacpp-d16k "$L1B" PP=0 TG=0 DEPTH=16384 DTG=32 ROUNDS=1 \
+        PRESSES=none,snapkv:budget=1024
 }
 
+# decode ms/token against prompt length: one prefill per length, each press on a copy of its cache
+PRESSES_CMP=none,snapkv:budget=1024,protokv:budget=1024
 step_llama1b-depths() {
     need_1b
-    run llama1b-depths "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 1024,4096,16384 --depth-gen 32 \
-        -r "$REPS" -t "$THREADS" --press snapkv --budget 1024 \
+    run llama1b-depths "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 1024,2048,4096,8192,16384 --depth-gen 32 \
+        -r "$REPS" -t "$THREADS" --presses "$PRESSES_CMP" \
         --csv "$OUT/llama1b-depths.csv" --svg "$OUT/llama1b-depths.svg"
 }
 
-step_llama1b-press16k() {
-    need_1b
-    run llama1b-press16k "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 16384 --depth-gen 32 -r 3 -t "$THREADS" \
-        --presses snapkv:budget=1024 --separate-prefill --csv "$OUT/llama1b-press16k.csv"
-}
-
-step_llama1b-llamacpp-d16k() {
-    need_1b
-    if [ -z "$LLAMA_BENCH" ]; then echo "bench-docs: llama1b-llamacpp-d16k skipped (set LLAMA_BENCH)" >&2; return; fi
-    run llama1b-llamacpp-d16k env LD_LIBRARY_PATH="$(dirname "$LLAMA_BENCH")" "$LLAMA_BENCH" -m "$L1B" \
-        -d 16384 -p 0 -n 32 -r 3 -t "$THREADS"
+step_gemma-depths() {
+    need_gemma
+    run gemma-depths "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 0 --depths 1024,2048,4096,8192,16384,32768 \
+        --depth-gen 32 -r "$REPS" -t "$THREADS" --presses "$PRESSES_CMP" \
+        --csv "$OUT/gemma-depths.csv" --svg "$OUT/gemma-depths.svg"
 }
 
 step_llama1b-32k() {
     need_1b
-    run llama1b-32k "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 32768 --depth-gen 32 -r 3 -t "$THREADS" \
-        --presses snapkv:budget=1024 --separate-prefill --csv "$OUT/llama1b-32k.csv"
+    run llama1b-32k "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 32768 --depth-gen 32 -r "$REPS" -t "$THREADS" \
+        --presses none,snapkv:budget=1024 --csv "$OUT/llama1b-32k.csv"
 }
 
 step_gemma-mem() {
     need_gemma
-    run gemma-mem "$PROMPTKV" bench -m "$GEMMA" -t "$THREADS" --mem "$MEM_CAP" --mem-probe 4096,8192 \
+    run gemma-mem "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" --mem-probe 4096,8192 \
         --presses none,snapkv:budget=1024
 }
 
 step_llama1b-mem() {
     need_1b
-    run llama1b-mem "$PROMPTKV" bench -m "$L1B" -t "$THREADS" --mem "$MEM_CAP" --mem-probe 2048,4096 \
+    run llama1b-mem "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" --mem-probe 2048,4096 \
         --presses none,snapkv:budget=1024
 }
 
-ALL=(gemma-vs-llamacpp llama1b-vs-llamacpp gemma-depths llama1b-depths llama1b-press16k llama1b-llamacpp-d16k
-     gemma-mem llama1b-mem llama1b-32k)
+ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-poll0 llama1b-vs-llamacpp llama1b-vs-llamacpp-poll0 llama1b-depths
+     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do

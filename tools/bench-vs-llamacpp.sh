@@ -17,6 +17,10 @@
 #                            promptkv bench --depths DEPTH --depth-gen DTG for
 #                            each press in PRESSES (default none)
 #   PRESSES=none,snapkv:budget=1024
+#   ROUNDS=1                 alternate the engines this many times (each round: llama.cpp's
+#                            tests, then promptkv's); the table gives the mean over the rounds
+#                            of each round's mean t/s, and each round's ratio
+#   PP=0 TG=0                with DEPTH: only the depth tests
 #   PROMPTKV=build/promptkv  the promptkv binary
 #   NICE=10                  niceness of both runs (the machine may be shared)
 #   LLAMA_ARGS="--poll 0"    extra llama-bench arguments; on a machine with more runnable
@@ -30,7 +34,7 @@
 set -euo pipefail
 
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 llama_bench=$1
@@ -42,6 +46,7 @@ REPS=${REPS:-5}
 DEPTH=${DEPTH:-}
 DTG=${DTG:-32}
 PRESSES=${PRESSES:-none}
+ROUNDS=${ROUNDS:-1}
 PROMPTKV=${PROMPTKV:-build/promptkv}
 NICE=${NICE:-10}
 LLAMA_ARGS=${LLAMA_ARGS:-}
@@ -60,30 +65,55 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPU
      "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "model: $model"
 
-# ---------------------------------------------------------------- llama.cpp
-# shellcheck disable=SC2086 # LLAMA_ARGS is a list of words
-echo "running: llama-bench -m $model -p $PP -n $TG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
-nice -n "$NICE" "$llama_bench" -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" $LLAMA_ARGS -o csv \
-    > "$tmp/llama.csv" 2> "$tmp/llama.err" || { cat "$tmp/llama.err" >&2; exit 1; }
-if [ -n "$DEPTH" ]; then
-    echo "running: llama-bench -m $model -d $DEPTH -p 0 -n $DTG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
-    # shellcheck disable=SC2086
-    nice -n "$NICE" "$llama_bench" -m "$model" -d "$DEPTH" -p 0 -n "$DTG" -r "$REPS" -t "$threads" $LLAMA_ARGS -o csv \
-        2> "$tmp/llama-depth.err" | tail -n +2 >> "$tmp/llama.csv" || { cat "$tmp/llama-depth.err" >&2; exit 1; }
-fi
+# ---------------------------------------------------------------- the runs
+# One round = llama.cpp's tests, then promptkv's same tests. With ROUNDS > 1 the engines
+# alternate, so a change in the machine's load during the run hits both.
+# append_csv SRC DST: SRC's rows (its header only when DST is still empty)
+append_csv() { if [ -s "$2" ]; then tail -n +2 "$1" >> "$2"; else cat "$1" > "$2"; fi; }
 
-# ---------------------------------------------------------------- promptkv
-pkv_args=(-m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" -o csv)
-echo "running: promptkv bench ${pkv_args[*]}" >&2
-nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" > "$tmp/pkv.csv" 2> "$tmp/pkv.err" ||
-    { cat "$tmp/pkv.err" >&2; exit 1; }
-if [ -n "$DEPTH" ]; then
-    pkv_args=(-m "$model" -p 0 -n 0 --depths "$DEPTH" --depth-gen "$DTG" --presses "$PRESSES" -r "$REPS"
-              -t "$threads" -o csv)
-    echo "running: promptkv bench ${pkv_args[*]}" >&2
-    nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" 2> "$tmp/pkv-depth.err" | tail -n +2 >> "$tmp/pkv.csv" ||
-        { cat "$tmp/pkv-depth.err" >&2; exit 1; }
-fi
+llama_round() {
+    if [ "$PP" -gt 0 ] || [ "$TG" -gt 0 ]; then
+        echo "running: llama-bench -m $model -p $PP -n $TG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
+        # shellcheck disable=SC2086 # LLAMA_ARGS is a list of words
+        nice -n "$NICE" "$llama_bench" -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" $LLAMA_ARGS -o csv \
+            > "$tmp/one.csv" 2> "$tmp/llama.err" || { cat "$tmp/llama.err" >&2; exit 1; }
+        append_csv "$tmp/one.csv" "$tmp/llama.csv"
+    fi
+    if [ -n "$DEPTH" ]; then
+        echo "running: llama-bench -m $model -d $DEPTH -p 0 -n $DTG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
+        # shellcheck disable=SC2086
+        nice -n "$NICE" "$llama_bench" -m "$model" -d "$DEPTH" -p 0 -n "$DTG" -r "$REPS" -t "$threads" $LLAMA_ARGS \
+            -o csv > "$tmp/one.csv" 2> "$tmp/llama-depth.err" || { cat "$tmp/llama-depth.err" >&2; exit 1; }
+        append_csv "$tmp/one.csv" "$tmp/llama.csv"
+    fi
+}
+
+promptkv_round() {
+    local pkv_args
+    if [ "$PP" -gt 0 ] || [ "$TG" -gt 0 ]; then
+        pkv_args=(-m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" -o csv)
+        echo "running: promptkv bench ${pkv_args[*]}" >&2
+        nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" > "$tmp/one.csv" 2> "$tmp/pkv.err" ||
+            { cat "$tmp/pkv.err" >&2; exit 1; }
+        append_csv "$tmp/one.csv" "$tmp/pkv.csv"
+    fi
+    if [ -n "$DEPTH" ]; then
+        pkv_args=(-m "$model" -p 0 -n 0 --depths "$DEPTH" --depth-gen "$DTG" --presses "$PRESSES" -r "$REPS"
+                  -t "$threads" -o csv)
+        echo "running: promptkv bench ${pkv_args[*]}" >&2
+        nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" > "$tmp/one.csv" 2> "$tmp/pkv-depth.err" ||
+            { cat "$tmp/pkv-depth.err" >&2; exit 1; }
+        append_csv "$tmp/one.csv" "$tmp/pkv.csv"
+    fi
+}
+
+: > "$tmp/llama.csv"
+: > "$tmp/pkv.csv"
+for ((round = 1; round <= ROUNDS; round++)); do
+    echo "round $round/$ROUNDS: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    llama_round
+    promptkv_round
+done
 
 # ---------------------------------------------------------------- the table
 # mawk has no CSV mode: split on commas outside double quotes.
@@ -109,32 +139,47 @@ file == 1 {
     np = f[h["n_prompt"]]; ng = f[h["n_gen"]]; nd = f[h["n_depth"]]
     test = (np > 0) ? "pp" np : "tg" ng
     if (nd > 0) test = test "@d" nd
-    llama[test] = sprintf("%.2f ± %.2f", f[h["avg_ts"]], f[h["stddev_ts"]])
-    llama_ts[test] = f[h["avg_ts"]]
+    k = ++llama_n[test]
+    llama_ts[test, k] = f[h["avg_ts"]]
+    llama_sd[test, k] = f[h["stddev_ts"]]
     build = "build: " f[h["build_commit"]] " (" f[h["build_number"]] ")"
     cpu = f[h["cpu_info"]]
-    order[++n_order] = test
     next
 }
 file == 2 {
     split_csv($0, f)
     test = f[h["test"]]; press = f[h["press"]]
     key = test SUBSEP press
-    rows[++n_rows] = key
-    pkv_test[key] = test; pkv_press[key] = press
-    pkv_mean[key] = sprintf("%.2f ± %.2f", f[h["tps_mean"]], f[h["tps_stddev"]])
-    pkv_median[key] = sprintf("%.2f", f[h["tps_median"]])
-    pkv_ts[key] = f[h["tps_mean"]]
+    if (!(key in pkv_n)) { rows[++n_rows] = key; pkv_test[key] = test; pkv_press[key] = press }
+    k = ++pkv_n[key]
+    pkv_ts[key, k] = f[h["tps_mean"]]
+    pkv_sd[key, k] = f[h["tps_stddev"]]
+    pkv_med[key, k] = f[h["tps_median"]]
 }
+function mean_of(arr, key, n,    i, s) { s = 0; for (i = 1; i <= n; i++) s += arr[key, i]; return n ? s / n : 0 }
+function max_of(arr, key, n,    i, m) { m = 0; for (i = 1; i <= n; i++) if (arr[key, i] + 0 > m) m = arr[key, i] + 0; return m }
+function list_of(arr, key, n,    i, s) { s = ""; for (i = 1; i <= n; i++) s = s (i > 1 ? " / " : "") sprintf("%.2f", arr[key, i]); return s }
 END {
-    printf "\n| test | promptkv press | llama.cpp t/s | promptkv t/s (mean) | promptkv median | promptkv / llama.cpp |\n"
-    printf "| --- | --- | ---: | ---: | ---: | ---: |\n"
+    printf "\n| test | promptkv press | llama.cpp t/s | promptkv t/s | promptkv median | promptkv / llama.cpp | per round | best / best |\n"
+    printf "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |\n"
     for (i = 1; i <= n_rows; i++) {
-        key = rows[i]; test = pkv_test[key]
-        ratio = (test in llama_ts && llama_ts[test] > 0) ? sprintf("%.2fx", pkv_ts[key] / llama_ts[test]) : "-"
-        printf "| %s | %s | %s | %s | %s | %s |\n", test, pkv_press[key], \
-            (test in llama) ? llama[test] : "-", pkv_mean[key], pkv_median[key], ratio
+        key = rows[i]; test = pkv_test[key]; n = pkv_n[key]; nl = llama_n[test]
+        pm = mean_of(pkv_ts, key, n)
+        lm = mean_of(llama_ts, test, nl)
+        ratio = (nl > 0 && lm > 0) ? sprintf("%.2fx", pm / lm) : "-"
+        rounds = ""
+        for (r = 1; r <= n && r <= nl; r++)
+            rounds = rounds (r > 1 ? ", " : "") sprintf("%.2fx", llama_ts[test, r] > 0 ? pkv_ts[key, r] / llama_ts[test, r] : 0)
+        lcell = nl ? sprintf("%.2f (%s)", lm, list_of(llama_ts, test, nl)) : "-"
+        if (nl == 1) lcell = sprintf("%.2f ± %.2f", lm, llama_sd[test, 1])
+        pcell = (n == 1) ? sprintf("%.2f ± %.2f", pm, pkv_sd[key, 1]) : sprintf("%.2f (%s)", pm, list_of(pkv_ts, key, n))
+        best = (nl > 0 && max_of(llama_ts, test, nl) > 0) ? \
+            sprintf("%.2fx", max_of(pkv_ts, key, n) / max_of(llama_ts, test, nl)) : "-"
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", test, pkv_press[key], lcell, pcell, \
+            list_of(pkv_med, key, n), ratio, (nl > 0) ? rounds : "-", best
     }
-    printf "\nllama.cpp %s (cpu_info %s)\n", build, cpu
+    printf "\nt/s: the mean of the repetitions (llama-bench avg_ts), then the mean over rounds (each round in\n"
+    printf "brackets); the ratio is of those means; best / best: the fastest round of each engine\n"
+    printf "llama.cpp %s (cpu_info %s)\n", build, cpu
 }' "$tmp/llama.csv" "$tmp/pkv.csv"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
