@@ -116,6 +116,11 @@ expect bench_bad_list 2 '--depths expects an integer' -- "$bin" bench -m "$tiny"
 expect bench_bad_press 2 "unknown press 'snapk'" -- "$bin" bench -m "$tiny" --presses none,snapk:budget=40
 expect bench_bad_press_opt 2 "is not KEY=VALUE" -- "$bin" bench -m "$tiny" --presses snapkv:budget
 expect bench_bad_output 2 '-o must be md or csv' -- "$bin" bench -m "$tiny" -o json
+expect bench_budget_below_window 2 'budget 4 must be larger than the observation window 8' -- "$bin" bench -m "$tiny" \
+    --presses none,snapkv:budget=4:window=8 --depths 64
+expect bench_zero_depth 2 '--depths must be in \[1, ' -- "$bin" bench -m "$tiny" --depths 64,0
+expect bench_zero_prompt 2 '-p must be in \[1, ' -- "$bin" bench -m "$tiny" -p 0,16
+expect bench_negative_gen 2 '-n must be in \[0, ' -- "$bin" bench -m "$tiny" -n -1
 expect_out help_synth 'usage: promptkv synth' -- "$bin" synth --help
 expect_out synth_list 'llama-3.2-1b +meta-llama/Llama-3.2-1B' -- "$bin" synth --list
 expect synth_unknown_shape 2 "unknown shape 'llama-9b'" -- "$bin" synth llama-9b -o "$tmp/x.gguf"

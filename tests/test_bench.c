@@ -243,3 +243,37 @@ TEST(bench_memfit_measures_probes) {
     CHECK(pkv_bench_mem_fit(m, &o, 1, NULL, probes, 0, &fit, &err) == -1);
     pkv_model_free(m);
 }
+
+/* Bad requests fail with a message naming the value, before any work. */
+TEST(bench_rejects_bad_lengths_and_presses) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_bench_opts o = quick_opts();
+    pkv_bench_result r[2];
+    CHECK(pkv_bench_prefill(m, &o, 0, NULL, &r[0], &err) == -1);
+    CHECK(strstr(err.msg, "prompt length") && strstr(err.msg, "0"));
+    CHECK(pkv_bench_decode(m, &o, 0, &r[0], &err) == -1);
+    CHECK(strstr(err.msg, "decode steps") != NULL);
+    int depths[2] = {64, -3};
+    const pkv_press_cfg *none[1] = {NULL};
+    CHECK(pkv_bench_depths(m, &o, depths, 2, 4, none, 1, true, r, &err) == -1);
+    CHECK(strstr(err.msg, "depth") && strstr(err.msg, "-3"));
+    CHECK(pkv_bench_depths(m, &o, depths, 1, 0, none, 1, true, r, &err) == -1);
+    CHECK(pkv_bench_depths(m, &o, depths, 1, 4, none, 0, true, r, &err) == -1);
+    int probes[1] = {0};
+    pkv_bench_memfit fit;
+    CHECK(pkv_bench_mem_fit(m, &o, 1ull << 30, NULL, probes, 1, &fit, &err) == -1);
+    CHECK(strstr(err.msg, "probe length") != NULL);
+
+    /* presses: an unknown name, and a budget the observation window does not fit in */
+    CHECK(pkv_press_cfg_new("snapk", &err) == NULL);
+    CHECK(strstr(err.msg, "snapk") != NULL);
+    pkv_press_cfg *snap = pkv_press_cfg_new("snapkv", &err);
+    REQUIRE(snap);
+    REQUIRE(pkv_press_cfg_set(snap, "budget", "4", &err) == 0 && pkv_press_cfg_set(snap, "window", "8", &err) == 0);
+    CHECK(pkv_press_cfg_check(snap, &err) == -1);
+    CHECK(strstr(err.msg, "budget 4") && strstr(err.msg, "window 8"));
+    pkv_press_cfg_free(snap);
+    pkv_model_free(m);
+}

@@ -293,3 +293,165 @@ TEST(synth_builtin_shapes_have_the_real_parameter_counts) {
         CHECK_MSG(pkv_synth_check(pkv_synth_shape_at(i), PKV_TYPE_Q4_K, &err) == 0, "%s", err.msg);
     }
 }
+
+/* The built-in shapes against the models' config.json files on the Hugging
+ * Face hub (hidden_size, num_hidden_layers, intermediate_size,
+ * num_attention_heads, num_key_value_heads, head_dim or hidden/heads,
+ * vocab_size, max_position_embeddings, rope_theta, rms_norm_eps,
+ * tie_word_embeddings, rope_scaling). */
+TEST(synth_builtin_shapes_match_the_public_configs) {
+    const pkv_synth_shape *l = pkv_synth_shape_find("llama-3.2-1b");
+    REQUIRE(l);
+    CHECK_STR(l->arch, "llama");
+    CHECK(l->n_embd == 2048 && l->n_layer == 16 && l->n_ff == 8192 && l->n_head == 32 && l->n_head_kv == 8 &&
+          l->head_dim == 64 && l->n_vocab == 128256 && l->n_ctx_train == 131072);
+    CHECK(l->rope_theta == 500000.0f && l->rms_eps == 1e-5f && l->tied_embeddings && !l->qkv_bias);
+    CHECK(l->rope_llama3_factor == 32.0f && l->rope_llama3_low_freq_factor == 1.0f &&
+          l->rope_llama3_high_freq_factor == 4.0f && l->rope_llama3_original_ctx == 8192);
+
+    const pkv_synth_shape *q = pkv_synth_shape_find("qwen2.5-1.5b");
+    REQUIRE(q);
+    CHECK_STR(q->arch, "qwen2");
+    CHECK(q->n_embd == 1536 && q->n_layer == 28 && q->n_ff == 8960 && q->n_head == 12 && q->n_head_kv == 2 &&
+          q->head_dim == 128 && q->n_vocab == 151936 && q->n_ctx_train == 32768);
+    CHECK(q->rope_theta == 1000000.0f && q->rms_eps == 1e-6f && q->tied_embeddings && q->qkv_bias);
+    CHECK(q->rope_llama3_factor == 0.0f);
+
+    const pkv_synth_shape *mi = pkv_synth_shape_find("mistral-7b"); /* Mistral-7B-Instruct-v0.2 */
+    REQUIRE(mi);
+    CHECK_STR(mi->arch, "llama");
+    CHECK(mi->n_embd == 4096 && mi->n_layer == 32 && mi->n_ff == 14336 && mi->n_head == 32 && mi->n_head_kv == 8 &&
+          mi->head_dim == 128 && mi->n_vocab == 32000 && mi->n_ctx_train == 32768);
+    CHECK(mi->rope_theta == 1000000.0f && mi->rms_eps == 1e-5f && !mi->tied_embeddings && !mi->qkv_bias);
+    CHECK(mi->rope_llama3_factor == 0.0f);
+}
+
+static bool u32_key(const gguf_file *f, const char *key, uint32_t want) {
+    uint32_t v = 0;
+    pkv_error err;
+    return gguf_get_u32(f, key, &v, &err) == 0 && v == want;
+}
+
+static bool f32_key(const gguf_file *f, const char *key, float want) {
+    float v = 0;
+    pkv_error err;
+    return gguf_get_f32(f, key, &v, &err) == 0 && v == want;
+}
+
+static bool str_key(const gguf_file *f, const char *key, const char *want) {
+    gguf_str v;
+    pkv_error err;
+    return gguf_get_str(f, key, &v, &err) == 0 && v.len == strlen(want) && !memcmp(v.ptr, want, v.len);
+}
+
+/* The metadata llama.cpp reads (engine-notes.md §1.5), written from the shape:
+ * a Mistral-like GQA shape with its own theta and eps, shrunk to test size. */
+TEST(synth_writes_the_hyperparameter_keys) {
+    pkv_synth_shape s = TINY_LLAMA;
+    s.name = "mini-mistral";
+    s.n_head = 8;
+    s.n_head_kv = 2;
+    s.head_dim = 8;
+    s.n_ctx_train = 32768;
+    s.rope_theta = 1e6f;
+    s.rms_eps = 1e-5f;
+    char path[128];
+    temp_path(path, sizeof path, "keys");
+    pkv_synth_opts o;
+    pkv_synth_opts_default(&o);
+    o.type = PKV_TYPE_F16;
+    pkv_error err;
+    REQUIRE_MSG(pkv_synth_write(&s, &o, path, &err) == 0, "%s", err.msg);
+    gguf_file f;
+    REQUIRE_MSG(gguf_open(&f, path, &err) == 0, "%s", err.msg);
+    CHECK(str_key(&f, "general.architecture", "llama"));
+    CHECK(str_key(&f, "tokenizer.ggml.model", "llama"));
+    CHECK(u32_key(&f, "general.file_type", 1)); /* MOSTLY_F16 */
+    CHECK(u32_key(&f, "llama.block_count", 2));
+    CHECK(u32_key(&f, "llama.context_length", 32768));
+    CHECK(u32_key(&f, "llama.embedding_length", 64));
+    CHECK(u32_key(&f, "llama.feed_forward_length", 128));
+    CHECK(u32_key(&f, "llama.attention.head_count", 8));
+    CHECK(u32_key(&f, "llama.attention.head_count_kv", 2));
+    CHECK(u32_key(&f, "llama.rope.dimension_count", 8));
+    CHECK(u32_key(&f, "llama.vocab_size", 300));
+    CHECK(f32_key(&f, "llama.rope.freq_base", 1e6f));
+    CHECK(f32_key(&f, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
+    /* k and v project to n_head_kv * head_dim = 16 rows */
+    CHECK(has_shape(tensor(&f, "blk.0.attn_k.weight"), PKV_TYPE_F16, 64, 16));
+    CHECK(has_shape(tensor(&f, "blk.0.attn_q.weight"), PKV_TYPE_F16, 64, 64));
+    gguf_close(&f);
+    remove(path);
+}
+
+/* Logits of a 5-token prompt through the engine, for the given weight type. */
+static int forward_logits(const pkv_synth_shape *s, pkv_type type, uint64_t seed, float *logits, pkv_error *err) {
+    char path[128];
+    temp_path(path, sizeof path, "fwd");
+    pkv_synth_opts o;
+    pkv_synth_opts_default(&o);
+    o.type = type;
+    o.seed = seed;
+    o.weight_std = 0.05f;
+    o.n_threads = 2;
+    if (pkv_synth_write(s, &o, path, err)) return -1;
+    int rc = -1;
+    pkv_model *m = pkv_model_load(path, NULL, err);
+    pkv_session *ses = m ? pkv_session_new(m, NULL, err) : NULL;
+    const int32_t toks[5] = {1, 72, 105, 33, 10};
+    if (ses && pkv_prefill(ses, toks, 5, NULL, NULL, err) == 0) {
+        memcpy(logits, pkv_logits(ses), (size_t)s->n_vocab * sizeof *logits);
+        rc = 0;
+    }
+    pkv_session_free(ses);
+    pkv_model_free(m);
+    remove(path);
+    return rc;
+}
+
+static double relative_l2(const float *a, const float *ref, int n) {
+    double d = 0, r = 0;
+    for (int i = 0; i < n; i++) {
+        d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        r += (double)ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(d / r) : INFINITY;
+}
+
+/* F16, Q8_0 and Q4_K files of one seed hold the same random weights, rounded:
+ * their forward passes give the F32 file's logits up to the format's
+ * rounding (relative L2 error about 1e-3 for F16, 3e-2 for Q8_0 and 0.3
+ * for 4.5-bit Q4_K after two layers), while another seed gives unrelated
+ * logits (about 1.5; sqrt(2) for independent vectors of equal norm). The
+ * shape has 256- and 512-wide rows so that every 2-D weight is Q4_K. */
+TEST(synth_each_type_runs_the_same_model_through_the_engine) {
+    pkv_synth_shape s = TINY_LLAMA;
+    s.n_embd = 256;
+    s.n_ff = 512;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    int nv = s.n_vocab;
+    float *ref = malloc((size_t)nv * sizeof *ref), *got = malloc((size_t)nv * sizeof *got);
+    REQUIRE(ref && got);
+    pkv_error err;
+    REQUIRE_MSG(forward_logits(&s, PKV_TYPE_F32, 11, ref, &err) == 0, "%s", err.msg);
+    double spread = 0;
+    for (int i = 0; i < nv; i++) spread = fmax(spread, fabs(ref[i]));
+    CHECK(spread > 1e-3); /* the logits are not all zero */
+
+    const struct {
+        pkv_type type;
+        double max_rel;
+    } cases[] = {{PKV_TYPE_F16, 0.005}, {PKV_TYPE_Q8_0, 0.08}, {PKV_TYPE_Q4_K, 0.5}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        REQUIRE_MSG(forward_logits(&s, cases[c].type, 11, got, &err) == 0, "%s", err.msg);
+        double rel = relative_l2(got, ref, nv);
+        CHECK_MSG(rel < cases[c].max_rel, "type %d: relative L2 error %.4f >= %.4f", (int)cases[c].type, rel,
+                  cases[c].max_rel);
+    }
+    REQUIRE_MSG(forward_logits(&s, PKV_TYPE_F32, 12, got, &err) == 0, "%s", err.msg);
+    CHECK(relative_l2(got, ref, nv) > 1.0);
+    free(ref);
+    free(got);
+}
