@@ -3,16 +3,18 @@
 #
 #   tools/bench-docs.sh [STEP...]          (make bench runs it with every step)
 #
-# Steps (default: all, in this order; llama1b-32k only when named):
-#   gemma-vs-llamacpp        Gemma 3 270M Q4_K_M: pp512 / tg64 against llama-bench, ROUNDS alternating rounds
-#   gemma-vs-llamacpp-poll0  the same with llama-bench --poll 0 (threads sleep at barriers, as promptkv's do)
-#   llama1b-vs-llamacpp, llama1b-vs-llamacpp-poll0   the same on the Llama-3.2-1B shape, Q8_0
+# Steps (default: all but the last two, in this order):
+#   gemma-vs-llamacpp        Gemma 3 270M Q4_K_M: pp512 / tg64 against llama-bench, ROUNDS alternating rounds,
+#                            llama.cpp's OpenMP threads passive (OMP_WAIT_POLICY=passive)
+#   gemma-vs-llamacpp-spin   the same with OpenMP's default spin-waiting
+#   llama1b-vs-llamacpp      the same on the Llama-3.2-1B shape, Q8_0 (llama1b-vs-llamacpp-spin: spinning)
 #   llama1b-depths           1B shape: decode ms/token after 1K..16K-token prompts, none / snapkv / protokv
 #                            (budget 1024; one prefill per length, each press on a copy of its cache)
 #   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
 #   gemma-depths             Gemma: the same curve from 1K to 32K
 #   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
-#   llama1b-32k              1B shape at 32K, none and snapkv (long: a 32K prefill)
+#   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
+#   llama1b-32k              1B shape at 32K, none and snapkv (long: a 32K prefill; only when named)
 #
 # Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it),
 # OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 3), ROUNDS (default 2),
@@ -70,24 +72,28 @@ run() {
     } >> "$md"
 }
 
-# vs_llamacpp STEP MODEL [VAR=VALUE...]: tools/bench-vs-llamacpp.sh in ROUNDS alternating rounds
+# vs_llamacpp STEP MODEL WAIT [VAR=VALUE...]: tools/bench-vs-llamacpp.sh in ROUNDS alternating rounds.
+# OMP_WAIT_POLICY=passive: llama.cpp's OpenMP threads sleep at barriers instead of spinning, as
+# promptkv's pool does; on a machine with more runnable threads than CPUs a spinning thread holds a
+# CPU its partner needs (see docs/performance.md). WAIT "default" leaves OpenMP's own policy.
 vs_llamacpp() {
-    local step=$1 model=$2
-    shift 2
+    local step=$1 model=$2 wait=$3
+    shift 3
     if [ -z "$LLAMA_BENCH" ]; then echo "bench-docs: $step skipped (set LLAMA_BENCH)" >&2; return; fi
-    run "$step" env NICE=0 PROMPTKV="$PROMPTKV" REPS="$REPS" ROUNDS="$ROUNDS" PP=512 TG=64 "$@" \
-        tools/bench-vs-llamacpp.sh "$LLAMA_BENCH" "$model" "$THREADS"
+    [ "$wait" = default ] && wait=
+    run "$step" env ${wait:+OMP_WAIT_POLICY=$wait} NICE=0 PROMPTKV="$PROMPTKV" REPS="$REPS" ROUNDS="$ROUNDS" \
+        PP=512 TG=64 "$@" tools/bench-vs-llamacpp.sh "$LLAMA_BENCH" "$model" "$THREADS"
 }
 
-step_gemma-vs-llamacpp() { need_gemma; vs_llamacpp gemma-vs-llamacpp "$GEMMA"; }
-step_gemma-vs-llamacpp-poll0() { need_gemma; vs_llamacpp gemma-vs-llamacpp-poll0 "$GEMMA" LLAMA_ARGS="--poll 0"; }
-step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B"; }
-step_llama1b-vs-llamacpp-poll0() { need_1b; vs_llamacpp llama1b-vs-llamacpp-poll0 "$L1B" LLAMA_ARGS="--poll 0"; }
+step_gemma-vs-llamacpp() { need_gemma; vs_llamacpp gemma-vs-llamacpp "$GEMMA" passive; }
+step_gemma-vs-llamacpp-spin() { need_gemma; vs_llamacpp gemma-vs-llamacpp-spin "$GEMMA" default; }
+step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B" passive; }
+step_llama1b-vs-llamacpp-spin() { need_1b; vs_llamacpp llama1b-vs-llamacpp-spin "$L1B" default; }
 
 # llama.cpp's full-cache decode after a 16K prompt against promptkv's, none and snapkv, in one run
 step_llama1b-vs-llamacpp-d16k() {
     need_1b
-    vs_llamacpp llama1b-vs-llamacpp-d16k "$L1B" PP=0 TG=0 DEPTH=16384 DTG=32 ROUNDS=1 \
+    vs_llamacpp llama1b-vs-llamacpp-d16k "$L1B" passive PP=0 TG=0 DEPTH=16384 DTG=32 ROUNDS=1 \
         PRESSES=none,snapkv:budget=1024
 }
 
@@ -125,8 +131,8 @@ step_llama1b-mem() {
         --presses none,snapkv:budget=1024
 }
 
-ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-poll0 llama1b-vs-llamacpp llama1b-vs-llamacpp-poll0 llama1b-depths
-     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem)
+ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin llama1b-vs-llamacpp llama1b-depths llama1b-vs-llamacpp-d16k
+     gemma-depths gemma-mem llama1b-mem)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do
