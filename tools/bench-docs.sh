@@ -13,6 +13,7 @@
 #   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
 #   gemma-depths             Gemma: the same curve from 1K to 32K
 #   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
+#   gemma-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 32K, none and snapkv (long: a 32K prefill; only when named)
 #
@@ -90,6 +91,17 @@ step_gemma-vs-llamacpp-spin() { need_gemma; vs_llamacpp gemma-vs-llamacpp-spin "
 step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B" passive; }
 step_llama1b-vs-llamacpp-spin() { need_1b; vs_llamacpp llama1b-vs-llamacpp-spin "$L1B" default; }
 
+# decode from an empty cache against the memory-bandwidth bound (weights + cache bytes per token
+# over the measured read bandwidth)
+step_gemma-roofline() {
+    need_gemma
+    run gemma-roofline "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 64 -r "$REPS" -t "$THREADS"
+}
+step_llama1b-roofline() {
+    need_1b
+    run llama1b-roofline "$PROMPTKV" bench -m "$L1B" -p 0 -n 64 -r "$REPS" -t "$THREADS"
+}
+
 # llama.cpp's full-cache decode after a 16K prompt against promptkv's, none and snapkv, in one run
 step_llama1b-vs-llamacpp-d16k() {
     need_1b
@@ -132,7 +144,7 @@ step_llama1b-mem() {
 }
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin llama1b-vs-llamacpp llama1b-depths llama1b-vs-llamacpp-d16k
-     gemma-depths gemma-mem llama1b-mem)
+     gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do

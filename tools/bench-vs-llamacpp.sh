@@ -23,10 +23,11 @@
 #   PP=0 TG=0                with DEPTH: only the depth tests
 #   PROMPTKV=build/promptkv  the promptkv binary
 #   NICE=10                  niceness of both runs (the machine may be shared)
-#   LLAMA_ARGS="--poll 0"    extra llama-bench arguments; on a machine with more runnable
-#                            threads than CPUs, llama.cpp's spin-waiting barriers (--poll 50,
-#                            the default) stall whenever a thread is descheduled, while
-#                            promptkv's pool sleeps: --poll 0 makes both wait the same way
+#   LLAMA_ARGS="--poll 0"    extra llama-bench arguments (--poll only acts on builds without
+#                            OpenMP; a GGML_OPENMP build's threads wait as OMP_WAIT_POLICY says)
+#   OMP_WAIT_POLICY=passive  on a machine with more runnable threads than CPUs, spin-waiting
+#                            OpenMP threads hold the CPU their partner needs to reach the
+#                            barrier; passive makes llama.cpp's threads sleep, as promptkv's do
 #
 # It never fetches or builds llama.cpp: LLAMA_BENCH_PATH is an existing
 # llama-bench binary; its directory is put on LD_LIBRARY_PATH for its shared
@@ -34,7 +35,7 @@
 set -euo pipefail
 
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 llama_bench=$1
