@@ -29,7 +29,8 @@ static const pkv_synth_shape TINY_QWEN2 = {
 
 /* A temporary file name; the file is removed by the caller. */
 static void temp_path(char *buf, size_t len, const char *tag) {
-    snprintf(buf, len, "/tmp/pkv-test-synth-%s-%d.gguf", tag, (int)getpid());
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, len, "%s/pkv-test-synth-%s-%d.gguf", dir && *dir ? dir : P_tmpdir, tag, (int)getpid());
 }
 
 static char *read_all(const char *path, size_t *len) {
@@ -55,7 +56,7 @@ static bool has_shape(const gguf_tensor *t, uint32_t type, uint64_t ne0, uint64_
 }
 
 TEST(synth_tiny_llama_loads_with_exact_tensors) {
-    char path[128];
+    char path[512];
     temp_path(path, sizeof path, "llama");
     pkv_synth_opts o;
     pkv_synth_opts_default(&o);
@@ -124,7 +125,7 @@ TEST(synth_tiny_llama_loads_with_exact_tensors) {
 }
 
 TEST(synth_qwen2_has_biases_and_ties_the_output) {
-    char path[128];
+    char path[512];
     temp_path(path, sizeof path, "qwen2");
     pkv_synth_opts o;
     pkv_synth_opts_default(&o);
@@ -151,7 +152,7 @@ TEST(synth_qwen2_has_biases_and_ties_the_output) {
 /* The weights look like N(0, std^2) (Irwin-Hall sum of 4 uniforms: bounded
  * at sqrt(12) sigma) and do not depend on the number of threads. */
 TEST(synth_weights_are_small_normal_and_thread_independent) {
-    char p1[128], p2[128];
+    char p1[512], p2[512];
     temp_path(p1, sizeof p1, "t1");
     temp_path(p2, sizeof p2, "t2");
     pkv_synth_opts o;
@@ -222,7 +223,7 @@ TEST(synth_llama3_rope_factors_match_the_converter) {
     gguf_close(&f);
 
     /* and a file with the scaling carries the tensor, which the loader accepts */
-    char path[128];
+    char path[512];
     temp_path(path, sizeof path, "rope");
     pkv_synth_opts o;
     pkv_synth_opts_default(&o);
@@ -237,7 +238,7 @@ TEST(synth_llama3_rope_factors_match_the_converter) {
 }
 
 TEST(synth_k_quants_fall_back_on_narrow_rows_and_bad_shapes_fail) {
-    char path[128];
+    char path[512];
     temp_path(path, sizeof path, "q4k");
     pkv_synth_shape s = TINY_LLAMA;
     s.n_ff = 256; /* ffn_down rows (n_ff wide) take Q4_K; 64-wide rows fall back to Q5_0 */
@@ -355,7 +356,7 @@ TEST(synth_writes_the_hyperparameter_keys) {
     s.n_ctx_train = 32768;
     s.rope_theta = 1e6f;
     s.rms_eps = 1e-5f;
-    char path[128];
+    char path[512];
     temp_path(path, sizeof path, "keys");
     pkv_synth_opts o;
     pkv_synth_opts_default(&o);
@@ -386,7 +387,7 @@ TEST(synth_writes_the_hyperparameter_keys) {
 
 /* Logits of a 5-token prompt through the engine, for the given weight type. */
 static int forward_logits(const pkv_synth_shape *s, pkv_type type, uint64_t seed, float *logits, pkv_error *err) {
-    char path[128];
+    char path[512];
     temp_path(path, sizeof path, "fwd");
     pkv_synth_opts o;
     pkv_synth_opts_default(&o);
