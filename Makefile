@@ -4,6 +4,8 @@
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
 #   make model      install the default model (Gemma 3 270M Q4_K_M) into models/
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
+#   make bench      re-run the measurements of docs/performance.md and docs/compression.md
+#                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
 #   make fuzz-request  libFuzzer target for the server's request parsing (clang)
 #   make deps       Debian packages the server needs (tools/install-deps.sh; run by make)
 
@@ -19,7 +21,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unuse
 AVX2_FLAGS    = -mavx2 -mfma -mf16c
 AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c))
+LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c src/bench/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
@@ -72,7 +74,7 @@ $(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz fuzz-request deps clean demo
+.PHONY: all lib cli tests run test model fuzz fuzz-request deps clean demo bench
 all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
 deps:
 	@tools/install-deps.sh
@@ -91,6 +93,9 @@ run: all $(DEFAULT_MODEL)
 
 test: all tests $(DEFAULT_MODEL)
 	BUILD=$(BUILD) tests/run-all.sh
+
+bench: all $(DEFAULT_MODEL)
+	tools/bench-docs.sh
 
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
