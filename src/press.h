@@ -185,7 +185,5 @@ static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_sel
  * before restricting to the prefix (A.4 S1-S4). scratch holds n_rows floats. */
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out);
 
-/* splitmix64 stream for seeded presses */
-uint64_t pkv_press_rng_next(uint64_t *state);
 
 #endif

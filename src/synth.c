@@ -11,6 +11,7 @@
 
 #include "error.h"
 #include "gguf.h"
+#include "prng.h"
 #include "threads.h"
 
 /* ---------------------------------------------------------------- shapes */
@@ -211,18 +212,11 @@ void pkv_synth_llama3_rope_factors(const pkv_synth_shape *s, float *factors) {
     }
 }
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Approximately normal: the sum of four uniform 16-bit numbers (Irwin-Hall,
  * mean 4 * 32767.5, standard deviation 65536 / sqrt(3)), one 64-bit draw per
  * value. Bounded at 3.46 sigma, which is all a weight for timing needs. */
 static float approx_normal(uint64_t *state) {
-    uint64_t r = splitmix64(state);
+    uint64_t r = pkv_splitmix64(state);
     double sum = (double)(r & 0xffff) + (double)((r >> 16) & 0xffff) + (double)((r >> 32) & 0xffff) +
                  (double)(r >> 48);
     return (float)((sum - 131070.0) * (1.7320508075688772 / 65536.0));
@@ -232,7 +226,7 @@ static float approx_normal(uint64_t *state) {
  * number of threads. */
 static uint64_t row_seed(uint64_t seed, int tensor, int64_t row) {
     uint64_t st = seed ^ ((uint64_t)tensor << 40) ^ (uint64_t)row * 0xd1342543de82ef95ull;
-    return splitmix64(&st);
+    return pkv_splitmix64(&st);
 }
 
 typedef struct {

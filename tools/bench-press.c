@@ -32,6 +32,7 @@
 
 #include "error.h"
 #include "press.h"
+#include "prng.h"
 #include "press/protokv.h"
 #include "promptkv.h"
 
@@ -145,7 +146,7 @@ fail:
 /* ---------------------------------------------------------------- synthetic layer */
 
 static double gauss(uint64_t *s) {
-    double u1 = 1.0 - (double)(pkv_press_rng_next(s) >> 11) * 0x1p-53, u2 = (double)(pkv_press_rng_next(s) >> 11) * 0x1p-53;
+    double u1 = 1.0 - (double)(pkv_splitmix64(s) >> 11) * 0x1p-53, u2 = (double)(pkv_splitmix64(s) >> 11) * 0x1p-53;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
@@ -186,8 +187,8 @@ static int synth_layer(const bench_args *a, int L, synthetic_layer *sl) {
         for (int j = 0; j < 3 * d; j++) anchor[j] = 3.0 * gauss(&s);
         for (int i = 0; i < L; i++) {
             float *k = sl->keys + ((size_t)g * L + i) * d;
-            bool is_anchor = pkv_press_rng_next(&s) % 50 == 0;
-            const double *base = is_anchor ? anchor + (size_t)(pkv_press_rng_next(&s) % 3) * d : mean;
+            bool is_anchor = pkv_splitmix64(&s) % 50 == 0;
+            const double *base = is_anchor ? anchor + (size_t)(pkv_splitmix64(&s) % 3) * d : mean;
             for (int j = 0; j < d; j++) k[j] = (float)(base[j] + (is_anchor ? 0.3 : 1.0) * gauss(&s));
             rope(k, d, i);
         }

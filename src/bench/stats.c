@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "bench/bench.h"
+#include "prng.h"
 #include "threads.h"
 
 void pkv_bench_opts_default(pkv_bench_opts *opts) {
@@ -74,16 +75,8 @@ double pkv_bench_bw_fraction(uint64_t bytes_per_token, double seconds_per_token,
     return ((double)bytes_per_token / bytes_per_second) / seconds_per_token;
 }
 
-/* splitmix64: a tiny, good-enough generator for token ids */
-static uint64_t next_u64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void pkv_bench_random_tokens(uint64_t *state, int n_vocab, int32_t bos, bool first_is_bos, int32_t *out, int n) {
-    for (int i = 0; i < n; i++) out[i] = (int32_t)(next_u64(state) % (uint64_t)n_vocab);
+    for (int i = 0; i < n; i++) out[i] = (int32_t)(pkv_splitmix64(state) % (uint64_t)n_vocab);
     if (n > 0 && first_is_bos && bos >= 0) out[0] = bos;
 }
 

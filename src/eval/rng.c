@@ -1,4 +1,4 @@
-/* xoshiro256** with splitmix64 seeding (Blackman and Vigna), FNV-1a-64. See rng.h. */
+/* FNV-1a-64 seeds and the draws built on xoshiro256** (src/prng.c). See rng.h. */
 #include "eval/rng.h"
 
 #include <stdio.h>
@@ -20,33 +20,6 @@ uint64_t pkv_eval_seed(const char *task, int length, int sample, uint64_t base_s
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof text) n = (int)sizeof text - 1;
     return pkv_fnv1a64(text, (size_t)n);
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-void pkv_rng_seed(pkv_rng *rng, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t pkv_rng_next(pkv_rng *rng) {
-    uint64_t *s = rng->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
 }
 
 uint64_t pkv_rng_below(pkv_rng *rng, uint64_t n) {

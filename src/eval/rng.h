@@ -18,9 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-    uint64_t s[4];
-} pkv_rng;
+#include "prng.h" /* pkv_rng, pkv_rng_seed, pkv_rng_next */
 
 uint64_t pkv_fnv1a64(const void *data, size_t len);
 /* Continues an FNV-1a-64 hash over more bytes (start with PKV_FNV_OFFSET). */
@@ -29,8 +27,6 @@ uint64_t pkv_fnv1a64_more(uint64_t h, const void *data, size_t len);
 
 uint64_t pkv_eval_seed(const char *task, int length, int sample, uint64_t base_seed);
 
-void pkv_rng_seed(pkv_rng *rng, uint64_t seed);
-uint64_t pkv_rng_next(pkv_rng *rng);
 /* Uniform in [0, n); n > 0. */
 uint64_t pkv_rng_below(pkv_rng *rng, uint64_t n);
 /* Uniform in [lo, hi], inclusive. */

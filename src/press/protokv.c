@@ -48,6 +48,7 @@
 
 #include "error.h"
 #include "press.h"
+#include "prng.h"
 
 enum { PROTOTYPES_TOTAL = 500, MAX_LSH_BITS = 16 };
 
@@ -285,11 +286,11 @@ static double median_distance(const float *keys, int dim, const int32_t *sat, in
  * The hash's random numbers, reproduced bit for bit by
  * tools/protokv_reference.py:
  *   state = seed ^ ((layer + 1) << 32) ^ ((head + 1) * 0x9e3779b97f4a7c15)   (mod 2^64)
- *   next() = splitmix64 (pkv_press_rng_next); unif() = (next() >> 11) * 2^-53 in [0, 1)
+ *   next() = splitmix64 (pkv_splitmix64); unif() = (next() >> 11) * 2^-53 in [0, 1)
  *   normal() = sqrt(-2 ln(1 - unif())) * cos(2 pi unif())   (Box-Muller, cosine branch; two draws, in order)
  *   W[i][j] = normal() / sigma for i < r, j < dim (row-major), then b[i] = 2 pi unif() for i < r.
  */
-static double unif(uint64_t *state) { return (double)(pkv_press_rng_next(state) >> 11) * 0x1p-53; }
+static double unif(uint64_t *state) { return (double)(pkv_splitmix64(state) >> 11) * 0x1p-53; }
 
 void pkv_protokv_lsh_draw(uint64_t seed, int layer, int head, int r, int dim, double sigma, double *W, double *b) {
     uint64_t state = seed ^ ((uint64_t)(layer + 1) << 32) ^ (uint64_t)(head + 1) * 0x9e3779b97f4a7c15ull;
@@ -623,7 +624,7 @@ static int report_head(const pkv_press_input *in, int g, const head_clusters *hc
     uint64_t state = in->seed ^ 0x5eedc0de5eedc0deull ^ ((uint64_t)(in->layer + 1) << 32) ^ (uint64_t)(g + 1);
     for (int i = 0; i < np; i++) perm[i] = i;
     for (int i = 0; i < n_sat && i < np; i++) {
-        int j = i + (int)(pkv_press_rng_next(&state) % (uint64_t)(np - i));
+        int j = i + (int)(pkv_splitmix64(&state) % (uint64_t)(np - i));
         int32_t tmp = perm[i];
         perm[i] = perm[j];
         perm[j] = tmp;

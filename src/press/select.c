@@ -6,13 +6,6 @@
 #include "error.h"
 #include "press.h"
 
-uint64_t pkv_press_rng_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* out[j] += softmax(logits)[j] over the visible rows, fp32 exp, double sum (A.4 S3-S4) */
 static void softmax_accumulate(float *logits, int visible, float *out) {
     float mx = -INFINITY;
