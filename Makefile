@@ -60,6 +60,8 @@ endef
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
+.DEFAULT_GOAL := all
+
 # MPI=1: promptkv eval shards samples over MPI ranks (mpicc, -DPKV_MPI). Only
 # cli/cmd_eval.c uses MPI; a stamp rebuilds it (and relinks) when the setting changes.
 ifeq ($(MPI),1)

@@ -2,8 +2,58 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "error.h"
+
+/*
+ * Each head's rows live in one page mapping of their own, not in the malloc
+ * heap. A press shrinks each full-attention layer's rows right after that
+ * layer's prefill, and the next layer grows its own. In glibc's heap the
+ * freed pages would stay resident (after the first large free its mmap
+ * threshold rises to 32 MB, so blocks of a few MB come from the heap, and
+ * free chunks in its middle are not returned), and the peak RSS of a long
+ * compressed prefill would grow with every layer as if nothing had been
+ * pressed (docs/compression.md, "The longest prompt that fits a memory cap").
+ * mremap grows a block without copying it and shrinks it by returning its
+ * tail pages at once. Under AddressSanitizer the heap is used, so overruns of
+ * the cache are still caught there.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+enum { ROWS_IN_HEAP = 1 };
+#else
+enum { ROWS_IN_HEAP = 0 };
+#endif
+
+static size_t page_round(size_t bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (bytes == 0) bytes = 1;
+    return (bytes + page - 1) / page * page;
+}
+
+/* Resizes block p of old_bytes (NULL: none yet) to at least new_bytes; the
+ * new size goes to *got. NULL on failure, p untouched. */
+static void *block_resize(void *p, size_t old_bytes, size_t new_bytes, size_t *got) {
+    if (ROWS_IN_HEAP) {
+        *got = new_bytes ? new_bytes : 1;
+        return realloc(p, *got);
+    }
+    *got = page_round(new_bytes);
+    if (!p) {
+        void *q = mmap(NULL, *got, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return q == MAP_FAILED ? NULL : q;
+    }
+    if (*got == old_bytes) return p;
+    void *q = mremap(p, old_bytes, *got, MREMAP_MAYMOVE);
+    return q == MAP_FAILED ? NULL : q;
+}
+
+static void block_free(void *p, size_t bytes) {
+    if (!p) return;
+    if (ROWS_IN_HEAP) free(p);
+    else munmap(p, bytes);
+}
 
 int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv_heads, int head_dim_k,
                      int head_dim_v, const int *sliding_window_per_layer, pkv_error *err) {
@@ -29,9 +79,7 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
 }
 
 static void free_head(pkv_kv_head *h) {
-    free(h->k);
-    free(h->v);
-    free(h->pos);
+    block_free(h->k, h->bytes);
     memset(h, 0, sizeof *h);
 }
 
@@ -56,22 +104,39 @@ void pkv_kvcache_clear(pkv_kvcache *c) {
     }
 }
 
-/* Resizes a head's arrays to exactly cap rows (cap >= n_rows). */
+/* Resizes a head's block to exactly cap rows (cap >= n_rows). The block's
+ * layout depends on cap, so the n_rows live rows of V and the positions move:
+ * down before a shrink, up after a growth. A failed shrink keeps the larger
+ * block (with the new layout); a failed growth changes nothing. */
 static int resize_head(const pkv_kvcache *c, const pkv_kv_layer *L, pkv_kv_head *h, int cap, pkv_error *err) {
-    size_t kb = (size_t)cap * L->head_dim_k * c->elem_bytes, vb = (size_t)cap * L->head_dim_v * c->elem_bytes;
-    /* h->cap must never exceed what every array holds: when shrinking it drops
-     * with the first array, when growing it rises only once all three grew */
-    void *k = realloc(h->k, kb ? kb : 1);
-    if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-    h->k = k;
-    if (cap < h->cap) h->cap = cap;
-    void *v = realloc(h->v, vb ? vb : 1);
-    if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-    h->v = v;
-    int32_t *p = realloc(h->pos, (size_t)(cap ? cap : 1) * sizeof *p);
-    if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-    h->pos = p;
+    const size_t kr = (size_t)L->head_dim_k * c->elem_bytes, vr = (size_t)L->head_dim_v * c->elem_bytes;
+    const size_t live_v = (size_t)h->n_rows * vr, live_pos = (size_t)h->n_rows * sizeof(int32_t);
+    const size_t v_old = (size_t)h->cap * kr, pos_old = v_old + (size_t)h->cap * vr;
+    const size_t v_new = (size_t)cap * kr, pos_new = v_new + (size_t)cap * vr;
+    const size_t need = pos_new + (size_t)cap * sizeof(int32_t);
+    char *base = h->k;
+    if (base && cap < h->cap) {
+        memmove(base + v_new, base + v_old, live_v);
+        memmove(base + pos_new, base + pos_old, live_pos);
+        h->cap = cap;
+        h->v = base + v_new;
+        h->pos = (int32_t *)(base + pos_new);
+    }
+    size_t got;
+    char *nb = block_resize(base, h->bytes, need, &got);
+    if (!nb) {
+        if (base && cap <= h->cap) return 0; /* the shrink's layout is in place; the pages stay */
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+    }
+    if (cap > h->cap && nb) {
+        memmove(nb + pos_new, nb + pos_old, live_pos); /* positions first: V's new room may overlap them */
+        memmove(nb + v_new, nb + v_old, live_v);
+    }
+    h->k = nb;
+    h->bytes = got;
     h->cap = cap;
+    h->v = nb + v_new;
+    h->pos = (int32_t *)(nb + pos_new);
     return 0;
 }
 

@@ -17,12 +17,15 @@
 #include "promptkv.h"
 #include "quant.h"
 
+/* One block per head (kvcache.c): cap rows of K, then cap rows of V, then
+ * cap positions; k points at the block, v and pos into it. */
 typedef struct {
     int n_rows;
     int cap;        /* rows allocated */
     void *k;        /* cap rows of head_dim elements (f16 or f32) */
     void *v;
     int32_t *pos;   /* original position of each row */
+    size_t bytes;   /* size of the block at k (at least what cap needs) */
 } pkv_kv_head;
 
 typedef struct {
