@@ -17,16 +17,11 @@
 #include "cpu.h"
 #include "f16.h"
 #include "kvcache.h"
+#include "prng.h"
 #include "test.h"
 #include "threads.h"
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rng_sym(uint64_t *s) { return (float)((rng_next(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
+static float rng_sym(uint64_t *s) { return (float)((pkv_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
 
 static int n_levels(pkv_simd out[3]) {
     int n = 0;
@@ -133,7 +128,7 @@ static bool make_cache(pkv_kvcache *c, const geometry *g, int n_prompt, uint64_t
     for (int h = 0; h < g->n_kv && ok; h++) {
         int n = 0;
         for (int r = 0; r < n_prompt; r++)
-            if (h == 0 || rng_next(rng) % 4 != 0) keep[n++] = r; /* head 0 keeps all, the others ~3/4 */
+            if (h == 0 || pkv_splitmix64(rng) % 4 != 0) keep[n++] = r; /* head 0 keeps all, the others ~3/4 */
         ok = !pkv_kvcache_keep_rows(c, 0, h, keep, n, 4, &err);
     }
     free(k), free(v), free(pos), free(keep);
