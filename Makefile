@@ -93,7 +93,10 @@ $(DEFAULT_MODEL):
 run: all $(DEFAULT_MODEL)
 	tools/demo.sh $(BUILD)/promptkv $(DEFAULT_MODEL)
 
+# the MPI build of the CLI (own tree) lets the eval smoke test check that
+# mpirun -np 2 writes the files one process writes
 test: all tests $(DEFAULT_MODEL)
+	$(MAKE) MPI=1 BUILD=$(BUILD)/mpi $(BUILD)/mpi/promptkv
 	BUILD=$(BUILD) tests/run-all.sh
 
 bench: all $(DEFAULT_MODEL)

@@ -5,7 +5,7 @@
 #      same results and summary as an uninterrupted run
 #   3. MPI (when an MPI build is given): mpirun -np 2 gives the same files as one process
 # usage: tests/eval-smoke.sh PROMPTKV [MPI_PROMPTKV]     ends with "N passed, N failed"
-# (the MPI part is skipped, and says so, without an MPI build and mpirun)
+# (without MPI_PROMPTKV the MPI part is skipped and says so; given but missing, it fails)
 set -u
 bin=${1:-build/promptkv}
 mpi_bin=${2:-}
@@ -143,6 +143,9 @@ if [ -n "$mpi_bin" ] && [ -x "$mpi_bin" ] && command -v mpirun > /dev/null; then
     check mpi_same_results same_results "$tmp/straight" "$tmp/mpi"
     check mpi_same_summary same_summary "$tmp/straight" "$tmp/mpi"
     check mpi_parts_merged [ -z "$(ls "$tmp/mpi" | grep part)" ]
+elif [ -n "${2:-}" ]; then
+    # an MPI build was asked for (make test builds one): its absence is a failure, not a skip
+    check mpi_build_present false
 else
     echo "skip eval_smoke_mpi: no MPI build (make MPI=1 BUILD=build/mpi build/mpi/promptkv) or no mpirun"
 fi
