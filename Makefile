@@ -96,6 +96,7 @@ run: all $(DEFAULT_MODEL)
 # the MPI build of the CLI (own tree) lets the eval smoke test check that
 # mpirun -np 2 writes the files one process writes
 test: all tests $(DEFAULT_MODEL)
+	@tools/install-deps.sh --test
 	$(MAKE) MPI=1 BUILD=$(BUILD)/mpi $(BUILD)/mpi/promptkv
 	BUILD=$(BUILD) tests/run-all.sh
 
