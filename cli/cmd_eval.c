@@ -546,8 +546,8 @@ static int check_or_write_manifest(const eval_args *a, const char *name, const c
     return rc;
 }
 
-/* The command quoted in the summary: the run's first command (run.json). */
-static char *recorded_command(const char *dir) {
+/* A text field of dir/run.json (the run's first command, the model's name); NULL when absent. */
+static char *recorded_field(const char *dir, const char *field) {
     char path[4096];
     path_in(path, sizeof path, dir, "run.json");
     FILE *f = fopen(path, "rb");
@@ -558,25 +558,8 @@ static char *recorded_command(const char *dir) {
     if (!text) return NULL;
     pkv_json *j = pkv_json_parse(text, len);
     free(text);
-    const char *c = pkv_json_get_str(j, "command", NULL);
+    const char *c = pkv_json_get_str(j, field, NULL);
     char *out = c ? pkv_strdup(c) : NULL;
-    pkv_json_free(j);
-    return out;
-}
-
-static char *recorded_model(const char *dir) {
-    char path[4096];
-    path_in(path, sizeof path, dir, "run.json");
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fclose(f);
-    size_t len;
-    char *text = cli_read_file("eval", path, &len);
-    if (!text) return NULL;
-    pkv_json *j = pkv_json_parse(text, len);
-    free(text);
-    const char *m = pkv_json_get_str(j, "model", NULL);
-    char *out = m ? pkv_strdup(m) : NULL;
     pkv_json_free(j);
     return out;
 }
@@ -759,13 +742,13 @@ int cmd_eval(int argc, char **argv) {
     char name[256];
     char *command = command_line(argc, argv);
     if (a.report_only) {
-        char *recorded = recorded_model(a.out_dir);
+        char *recorded = recorded_field(a.out_dir, "model");
         if (a.model_path)
             model_name(a.model_path, name, sizeof name);
         else
             snprintf(name, sizeof name, "%s", recorded ? recorded : "model");
         free(recorded);
-        char *cmdline = recorded_command(a.out_dir);
+        char *cmdline = recorded_field(a.out_dir, "command");
         int code = rk.rank == 0 && report(&a, name, cmdline ? cmdline : command) ? EXIT_RUNTIME : 0;
         free(cmdline);
         free(command);
@@ -861,7 +844,7 @@ int cmd_eval(int argc, char **argv) {
     /* rank 0: merge, order, summarise what there is, even after an interrupt */
     if (rk.rank == 0) {
         if (finish_dir(&a, &plan, rk.size) == 0 && file_nonempty(results)) {
-            char *cmdline = recorded_command(a.out_dir);
+            char *cmdline = recorded_field(a.out_dir, "command");
             if (report(&a, name, cmdline ? cmdline : command) == 0)
                 fprintf(stderr, "eval: %.0f s; results in %s (summary.md, summary.csv, plots)\n", now_seconds() - t0,
                         a.out_dir);
