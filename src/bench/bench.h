@@ -68,6 +68,10 @@ double pkv_bench_bw_fraction(uint64_t bytes_per_token, double seconds_per_token,
 
 /* Random token ids as llama-bench draws them: uniform in [0, n_vocab), the
  * first one BOS when first_is_bos. state advances. */
+/* A session for the benchmark's threads, batch and cache type, sized for n_tokens, keeping what
+ * presses run on copies of it need (the observation window, attention sums). */
+pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_tokens, int keep_window,
+                                   bool keep_sums, pkv_error *err);
 void pkv_bench_random_tokens(uint64_t *state, int n_vocab, int32_t bos, bool first_is_bos, int32_t *out, int n);
 
 /* ---------------------------------------------------------------- process memory */

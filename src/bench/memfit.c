@@ -45,16 +45,6 @@ static void fit_line(const int *x, const uint64_t *y, int n, double *a, double *
     *a = (sy - *b * sx) / n;
 }
 
-static pkv_session *probe_session(pkv_model *m, const pkv_bench_opts *o, int n_tokens, pkv_error *err) {
-    pkv_session_opts so;
-    pkv_session_opts_default(&so);
-    so.n_threads = o->n_threads;
-    if (o->n_batch > 0) so.n_batch = o->n_batch;
-    so.cache_type = o->cache_type;
-    so.n_ctx = m->hp.n_ctx_train > n_tokens ? m->hp.n_ctx_train : n_tokens;
-    return pkv_session_new(m, &so, err);
-}
-
 /* Peak RSS above the baseline of one prefill of n tokens through press. */
 static int measure_probe(pkv_model *m, const pkv_bench_opts *o, const pkv_press_cfg *press, const int32_t *tokens,
                          int n, uint64_t *peak, uint64_t *cache, pkv_error *err) {
@@ -62,7 +52,7 @@ static int measure_probe(pkv_model *m, const pkv_bench_opts *o, const pkv_press_
     malloc_trim(0);
     uint64_t base = pkv_bench_rss_now();
     pkv_bench_rss_reset();
-    pkv_session *s = probe_session(m, o, n, err);
+    pkv_session *s = pkv_bench_session_new(m, o, n, 0, false, err);
     if (!s) return -1;
     pkv_prefill_stats st;
     int rc = pkv_prefill(s, tokens, n, press, &st, err);
@@ -92,7 +82,7 @@ int pkv_bench_mem_fit(pkv_model *m, const pkv_bench_opts *o, uint64_t cap, const
     pkv_bench_random_tokens(&rng, m->hp.n_vocab, pkv_token_bos(m), pkv_tokenizer_add_bos(m->tok), tokens, max_len);
     /* make the weights resident: they are outside the cap and must be in the baseline */
     int rc = -1;
-    pkv_session *warm = probe_session(m, o, 16, err);
+    pkv_session *warm = pkv_bench_session_new(m, o, 16, 0, false, err);
     if (!warm) goto done;
     pkv_prefill_stats st;
     int wr = pkv_prefill(warm, tokens, max_len < 16 ? max_len : 16, NULL, &st, err);

@@ -40,9 +40,8 @@ static void describe_press(const pkv_press_cfg *p, char *buf, int len) {
 
 static int reps_of(const pkv_bench_opts *o) { return o->reps > 0 ? o->reps : 1; }
 
-/* A session sized for n_tokens, with what presses on copies need kept. */
-static pkv_session *new_session(pkv_model *m, const pkv_bench_opts *o, int n_tokens, int keep_window,
-                                bool keep_sums, pkv_error *err) {
+pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_tokens, int keep_window,
+                                   bool keep_sums, pkv_error *err) {
     pkv_session_opts so;
     pkv_session_opts_default(&so);
     so.n_threads = o->n_threads;
@@ -87,7 +86,7 @@ int pkv_bench_prefill(pkv_model *m, const pkv_bench_opts *o, int n_prompt, const
         pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory for %d tokens", n_prompt);
         goto done;
     }
-    if (!(s = new_session(m, o, n_prompt, 0, false, err))) goto done;
+    if (!(s = pkv_bench_session_new(m, o, n_prompt, 0, false, err))) goto done;
     init_result(out, PKV_BENCH_PP, o);
     snprintf(out->test, sizeof out->test, "pp%d", n_prompt);
     describe_press(press, out->press, sizeof out->press);
@@ -164,7 +163,7 @@ static int time_decode(pkv_model *m, const pkv_bench_opts *o, const pkv_session 
                        const char *label, double *tps, double *ms, uint64_t *cache_bytes_end, pkv_error *err) {
     int reps = reps_of(o);
     uint64_t rng = o->seed ^ 0x5851f42d4c957f2dull;
-    pkv_session *d = new_session(m, o, n_tokens, 0, false, err);
+    pkv_session *d = pkv_bench_session_new(m, o, n_tokens, 0, false, err);
     if (!d) return -1;
     int rc = -1;
     double sec;
@@ -267,7 +266,7 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
             if (presses[p]->window > keep_window) keep_window = presses[p]->window;
             keep_sums |= presses[p]->ops->needs_attn_sum;
         }
-    pkv_session *src = new_session(c->m, c->o, c->depth + c->n_gen + 8, keep_window, keep_sums, err);
+    pkv_session *src = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, keep_window, keep_sums, err);
     if (!src) return -1;
     int rc = -1;
     pkv_session *pressed = NULL;
@@ -286,7 +285,7 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
         const pkv_session *start = src;
         if (is_press(presses[p])) {
             pkv_prefill_stats cs;
-            if (!(pressed = new_session(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err))) goto done;
+            if (!(pressed = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err))) goto done;
             progress(c->o, "d%d: %s on a copy of the prompt's cache", c->depth, r->press);
             if (pkv_session_copy(pressed, src, presses[p], &cs, err)) goto done;
             r->press_seconds = cs.press_seconds;
@@ -314,7 +313,7 @@ static int depth_separate(const depth_ctx *c, const int32_t *tokens, const pkv_p
     for (int p = 0; p < n_presses; p++) {
         pkv_bench_result *r = &out[p];
         init_depth_result(c, presses[p], false, r);
-        pkv_session *s = new_session(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err);
+        pkv_session *s = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err);
         if (!s) return -1;
         progress(c->o, "d%d: prefill of %d tokens with %s", c->depth, c->depth, r->press);
         pkv_bench_rss_reset();
