@@ -10,20 +10,9 @@
 #include <string.h>
 
 #include "press.h"
+#include "press_fixtures.h"
 #include "test.h"
 
-static pkv_press_cfg *cfg_with(const char *press, const char *const *kv) {
-    pkv_error err;
-    pkv_press_cfg *cfg = pkv_press_cfg_new(press, &err);
-    if (!cfg) return NULL;
-    for (int i = 0; kv[i]; i += 2)
-        if (pkv_press_cfg_set(cfg, kv[i], kv[i + 1], &err)) {
-            test_fail(__FILE__, __LINE__, "%s=%s: %s", kv[i], kv[i + 1], err.msg);
-            pkv_press_cfg_free(cfg);
-            return NULL;
-        }
-    return cfg;
-}
 
 /* ---------------------------------------------------------------- PyramidKV */
 
@@ -43,7 +32,7 @@ TEST(budget_pyramid_matches_original) {
         snprintf(ws, sizeof ws, "%d", w);
         snprintf(bs, sizeof bs, "%g", beta);
         bool ratio = !strcmp(kind, "ratio");
-        pkv_press_cfg *cfg = cfg_with("snapkv", (const char *[]){ratio ? "ratio" : "budget", amount, "window", ws,
+        pkv_press_cfg *cfg = test_press_cfg("snapkv", (const char *[]){ratio ? "ratio" : "budget", amount, "window", ws,
                                                                  "layer_budget", "pyramid", "pyramid_beta", bs, NULL});
         REQUIRE(cfg);
         int got = pkv_press_layer_budget(cfg, layer, N, L);
@@ -59,7 +48,7 @@ TEST(budget_pyramid_matches_original) {
 
 /* A.13's worked example: N = 32, C = 128, w = 8, L = 8000 gives 234 .. 17 prefix rows. */
 TEST(budget_pyramid_a13_example) {
-    pkv_press_cfg *cfg = cfg_with("snapkv", (const char *[]){"budget", "128", "window", "8", "layer_budget", "pyramid", NULL});
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", (const char *[]){"budget", "128", "window", "8", "layer_budget", "pyramid", NULL});
     REQUIRE(cfg);
     CHECK_EQ_INT(pkv_press_layer_budget(cfg, 0, 32, 8000) - 8, 234);
     CHECK_EQ_INT(pkv_press_layer_budget(cfg, 31, 32, 8000) - 8, 17);
@@ -204,7 +193,7 @@ static long held_rows(const pkv_session *s) {
 }
 
 static bool prefill(tiny_run *t, const char *press, const char *const *kv) {
-    pkv_press_cfg *cfg = kv ? cfg_with(press, kv) : NULL;
+    pkv_press_cfg *cfg = kv ? test_press_cfg(press, kv) : NULL;
     pkv_error err;
     pkv_session_reset(t->s);
     bool ok = pkv_prefill(t->s, t->tokens, t->n_tok, cfg, NULL, &err) == 0;

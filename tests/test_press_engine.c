@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "promptkv.h"
+#include "press_fixtures.h"
 #include "test.h"
 
 static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";
@@ -21,17 +22,6 @@ static void prompt_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
     }
 }
 
-static pkv_press_cfg *make_press(const char *name, const char *const *kv) {
-    pkv_error err;
-    pkv_press_cfg *cfg = pkv_press_cfg_new(name, &err);
-    if (!cfg) {
-        test_fail(__FILE__, __LINE__, "%s", err.msg);
-        return NULL;
-    }
-    for (int i = 0; kv && kv[i]; i += 2)
-        if (pkv_press_cfg_set(cfg, kv[i], kv[i + 1], &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return cfg;
-}
 
 static pkv_session *new_session(pkv_model *m, int threads) {
     pkv_session_opts so;
@@ -88,7 +78,7 @@ TEST(press_engine_budget_ge_prompt_is_identity) {
     const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
     for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
         const char *opts[] = {"budget", "60", "window", "8", NULL};
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         REQUIRE(cfg);
         if (run_press(m, cfg, 60, 5, 2, got, NULL, NULL))
             CHECK_MSG(!memcmp(full, got, (size_t)nv * sizeof(float)), "%s with budget = L changed the logits", presses[i]);
@@ -108,7 +98,7 @@ TEST(press_engine_counts_and_window) {
     const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
     for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
         const char *opts[] = {"budget", "24", "window", "8", NULL};
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         pkv_session *s = NULL;
         pkv_prefill_stats ps;
         REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, &ps, &s));
@@ -148,7 +138,7 @@ TEST(press_engine_protected_spans) {
     const char *opts[] = {"budget", "30", "window", "4", "protect", "40:50", "protect", "10:13", NULL};
     const char *presses[] = {"snapkv", "knorm", "random", "streamingllm"};
     for (size_t i = 0; i < 4; i++) {
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         pkv_session *s = NULL;
         REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, NULL, &s));
         for (int l = 0; l < pkv_session_n_layers(s); l++)
@@ -175,7 +165,7 @@ TEST(press_engine_thread_invariant) {
     const char *presses[] = {"snapkv", "h2o", "tova"};
     for (size_t i = 0; i < 3; i++) {
         const char *opts[] = {"budget", "20", "window", "6", NULL};
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         int32_t ref[2][8][64];
         for (int t = 1; t <= 3; t++) {
             pkv_session *s = NULL;
@@ -200,7 +190,7 @@ TEST(press_engine_gemma_sliding_layers_untouched) {
     pkv_model *m = pkv_model_load(GEMMA, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     const char *opts[] = {"budget", "20", "window", "4", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
     REQUIRE(run_press(m, cfg, 80, 0, 2, NULL, NULL, &s));
     for (int l = 0; l < pkv_session_n_layers(s); l++) {
@@ -225,7 +215,7 @@ TEST(press_engine_query_head_granularity) {
     pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     const char *opts[] = {"budget", "24", "window", "8", "granularity", "query_head", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
     REQUIRE(run_press(m, cfg, 100, 3, 2, NULL, NULL, &s));
     pkv_model_info mi;
@@ -250,7 +240,7 @@ TEST(press_engine_turns_and_recompress) {
     prompt_tokens(toks, 160, pkv_n_vocab(m), 5);
     for (int mode = 0; mode < 2; mode++) {
         const char *opts[] = {"budget", "24", "window", "8", "mode", mode ? "recompress" : "query_aware", NULL};
-        pkv_press_cfg *cfg = make_press("snapkv", opts);
+        pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
         pkv_session *s = new_session(m, 2);
         CHECK(pkv_prefill(s, toks, 100, cfg, NULL, &err) == 0);
         CHECK_EQ_INT(pkv_session_head_rows(s, 0, 0), 24);
@@ -271,14 +261,14 @@ TEST(press_engine_ratio) {
     pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     const char *opts[] = {"ratio", "0.75", "window", "8", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
     REQUIRE(run_press(m, cfg, 99, 0, 2, NULL, NULL, &s));
     CHECK_EQ_INT(pkv_session_head_rows(s, 1, 1), 24); /* floor(99 * 0.25) */
     pkv_session_free(s);
     /* a ratio leaving no more than the window is a clear error */
     const char *tight[] = {"ratio", "0.95", "window", "8", NULL};
-    pkv_press_cfg *cfg2 = make_press("snapkv", tight);
+    pkv_press_cfg *cfg2 = test_press_cfg("snapkv", tight);
     int32_t toks[99];
     prompt_tokens(toks, 99, pkv_n_vocab(m), 3);
     s = new_session(m, 1);
@@ -316,7 +306,7 @@ TEST(press_engine_copy_equals_direct) {
             char wbuf[8];
             snprintf(wbuf, sizeof wbuf, "%d", window);
             const char *opts[] = {"budget", "30", "window", wbuf, NULL};
-            pkv_press_cfg *cfg = make_press(presses[i], opts);
+            pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
             pkv_session *direct = NULL;
             REQUIRE(run_press(m, cfg, 100, 3, 2, a, NULL, &direct));
             pkv_prefill_stats ps;
@@ -349,7 +339,7 @@ TEST(press_engine_copy_equals_direct) {
     CHECK(pkv_session_copy(dst, src, NULL, NULL, &err) == 0);
     CHECK_EQ_INT(pkv_session_head_rows(dst, 0, 0), 100);
     const char *o[] = {"budget", "30", "window", "8", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", o);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", o);
     CHECK(pkv_decode(src, 5, &err) == 0);
     CHECK(pkv_session_copy(dst, src, cfg, NULL, &err) == -1 && strstr(err.msg, "keep_press_window"));
     pkv_press_cfg_free(cfg);
@@ -375,7 +365,7 @@ TEST(press_engine_memory_cap) {
     so.n_batch = 64;
     so.cache_type = PKV_CACHE_F32;
     const char *opts[] = {"budget", "24", "window", "8", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = pkv_session_new(m, &so, &err);
     REQUIRE(s);
     CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == 0);
@@ -433,7 +423,7 @@ TEST(press_engine_prefill_after_press_equals_decode_steps) {
         int32_t toks[190];
         prompt_tokens(toks, n_prompt + n_more, nv, 23);
         const char *opts[] = {"budget", "24", "window", "8", NULL};
-        pkv_press_cfg *cfg = make_press("snapkv", opts);
+        pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
         pkv_session *a = new_session(m, 2), *b = new_session(m, 2);
         REQUIRE(a && b);
         CHECK(pkv_prefill(a, toks, n_prompt, cfg, NULL, &err) == 0);

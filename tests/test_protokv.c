@@ -12,6 +12,7 @@
 #include "press.h"
 #include "prng.h"
 #include "press/protokv.h"
+#include "press_fixtures.h"
 #include "test.h"
 
 /* ---------------------------------------------------------------- one constructed layer */
@@ -67,18 +68,7 @@ static void plant(layer_env *e, int g, int dim, const int *rows, int n, const fl
         for (int j = 0; j < dim; j++) e->keys[g][rows[k] * dim + j] = dir[j] + 1e-3f * noise(&seed);
 }
 
-static pkv_press_cfg *protokv_cfg(const char *const *kv) {
-    pkv_error err;
-    pkv_press_cfg *cfg = pkv_press_cfg_new("protokv", &err);
-    if (!cfg) return NULL;
-    for (int i = 0; kv[i]; i += 2)
-        if (pkv_press_cfg_set(cfg, kv[i], kv[i + 1], &err)) {
-            test_fail(__FILE__, __LINE__, "%s=%s: %s", kv[i], kv[i + 1], err.msg);
-            pkv_press_cfg_free(cfg);
-            return NULL;
-        }
-    return cfg;
-}
+static pkv_press_cfg *protokv_cfg(const char *const *kv) { return test_press_cfg("protokv", kv); }
 
 /* What the watcher saw of each head. */
 typedef struct {
@@ -384,37 +374,6 @@ TEST(protokv_options) {
 
 /* ---------------------------------------------------------------- against the reference */
 
-typedef struct {
-    int n_layers, n_head, n_head_kv, head_dim, L, w_max;
-    float *data;
-    float *q[4], *k[4];
-    int32_t tokens[512];
-} dump;
-
-static bool dump_load(const char *path, dump *d) {
-    memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[8];
-    int32_t h[6];
-    bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, "PKVPRS1", 8) && fread(h, 4, 6, f) == 6 && h[0] <= 4 &&
-              h[4] <= 512;
-    if (ok) {
-        d->n_layers = h[0], d->n_head = h[1], d->n_head_kv = h[2], d->head_dim = h[3], d->L = h[4], d->w_max = h[5];
-        size_t qn = (size_t)d->n_head * d->w_max * d->head_dim, kn = (size_t)d->n_head_kv * d->L * d->head_dim;
-        size_t per_layer = qn + 2 * kn + 2 * (size_t)d->n_head * d->L;
-        d->data = malloc(per_layer * d->n_layers * sizeof(float));
-        ok = d->data && fread(d->data, sizeof(float), per_layer * d->n_layers, f) == per_layer * d->n_layers &&
-             fread(d->tokens, 4, (size_t)d->L, f) == (size_t)d->L;
-        for (int l = 0; ok && l < d->n_layers; l++) {
-            d->q[l] = d->data + per_layer * l;
-            d->k[l] = d->q[l] + qn;
-        }
-    }
-    fclose(f);
-    return ok;
-}
-
 enum { MAX_EXPECT = 8 };
 
 typedef struct {
@@ -494,7 +453,7 @@ typedef struct {
     int selections, keep_equal, sat_equal, bucket_equal, cluster_equal;
 } match_counts;
 
-static void check_case(const dump *d, ref_case *c, match_counts *mc) {
+static void check_case(const press_dump *d, ref_case *c, match_counts *mc) {
     pkv_compute comp = {.kern = pkv_kernels_get(PKV_SIMD_AUTO)};
     int w = c->window;
     for (int l = 0; l < d->n_layers; l++) {
@@ -556,9 +515,9 @@ static void check_case(const dump *d, ref_case *c, match_counts *mc) {
 
 static void run_reference(const char *model, match_counts *mc) {
     char path[256];
-    dump d;
+    press_dump d;
     snprintf(path, sizeof path, "tests/fixtures/press/%s.tensors", model);
-    REQUIRE_MSG(dump_load(path, &d), "cannot read %s", path);
+    REQUIRE_MSG(press_dump_load(path, &d), "cannot read %s", path);
     snprintf(path, sizeof path, "tests/fixtures/protokv/%s.keep", model);
     FILE *f = fopen(path, "r");
     REQUIRE_MSG(f, "cannot read %s", path);
@@ -571,7 +530,7 @@ static void run_reference(const char *model, match_counts *mc) {
     }
     fclose(f);
     free(c);
-    free(d.data);
+    press_dump_free(&d);
     CHECK_MSG(n_cases >= 15 && mc->selections == n_cases * d.n_layers * d.n_head_kv, "%s: %d cases, %d selections",
               model, n_cases, mc->selections);
     printf("    %s: %d head selections, kept sets equal %d, SAT sets %d, buckets %d, clusters %d\n", model,
@@ -592,8 +551,8 @@ TEST(protokv_reference_tiny_qwen2) {
  * HF's, dimension for dimension; tiny-llama's GGUF permutes q/k dimensions,
  * which changes the random projections of the hash) keeps the reference's rows. */
 TEST(protokv_reference_engine_tiny_qwen2) {
-    dump d;
-    REQUIRE(dump_load("tests/fixtures/press/tiny-qwen2.tensors", &d));
+    press_dump d;
+    REQUIRE(press_dump_load("tests/fixtures/press/tiny-qwen2.tensors", &d));
     pkv_error err;
     pkv_model *m = pkv_model_load("tests/fixtures/models/tiny-qwen2-f32.gguf", NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
@@ -628,7 +587,7 @@ TEST(protokv_reference_engine_tiny_qwen2) {
     CHECK(checked >= 60);
     free(c);
     fclose(f);
-    free(d.data);
+    press_dump_free(&d);
     pkv_session_free(s);
     pkv_model_free(m);
 }
