@@ -397,22 +397,10 @@ TEST(eval_run_item_metrics) {
 
 /* ---------------------------------------------------------------- sweep: stop, resume, same file */
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *d = malloc((size_t)n + 1);
-    if (d && fread(d, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (d) d[n] = '\0';
-    fclose(f);
-    return d;
-}
 
 /* the file without each line's trailing "time" object (timings differ between runs) */
 static char *without_times(const char *path) {
-    char *d = read_all(path);
+    char *d = test_read_file(path, NULL);
     if (!d) return NULL;
     char *w = d;
     for (char *p = d; *p;) {
@@ -538,7 +526,7 @@ static void row(FILE *f, const char *task, int length, int sample, double depth,
 }
 
 static bool file_has(const char *path, const char *text) {
-    char *d = read_all(path);
+    char *d = test_read_file(path, NULL);
     bool has = d && strstr(d, text);
     free(d);
     return has;
@@ -587,7 +575,7 @@ TEST(eval_report_numbers) {
     const char *svgs[] = {"accuracy_query_agnostic.svg", "heatmap_niah_passkey_noise_query_agnostic.svg"};
     for (int i = 0; i < 2; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, svgs[i]);
-        char *d = read_all(p);
+        char *d = test_read_file(p, NULL);
         REQUIRE_MSG(d, "%s missing", svgs[i]);
         CHECK(!strncmp(d, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39));
         CHECK(strstr(d, "</svg>\n") && strlen(strstr(d, "</svg>\n")) == 7);

@@ -33,21 +33,6 @@ static void temp_path(char *buf, size_t len, const char *tag) {
     snprintf(buf, len, "%s/pkv-test-synth-%s-%d.gguf", dir && *dir ? dir : P_tmpdir, tag, (int)getpid());
 }
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n > 0 ? malloc((size_t)n) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = buf ? (size_t)n : 0;
-    return buf;
-}
 
 static const gguf_tensor *tensor(const gguf_file *f, const char *name) { return gguf_find_tensor(f, name); }
 
@@ -166,7 +151,7 @@ TEST(synth_weights_are_small_normal_and_thread_independent) {
     o.n_threads = 3;
     REQUIRE_MSG(pkv_synth_write(&TINY_LLAMA, &o, p2, &err) == 0, "%s", err.msg);
     size_t n1, n2;
-    char *b1 = read_all(p1, &n1), *b2 = read_all(p2, &n2);
+    char *b1 = test_read_file(p1, &n1), *b2 = test_read_file(p2, &n2);
     REQUIRE(b1 && b2);
     CHECK(n1 == n2 && n1 > 0 && memcmp(b1, b2, n1) == 0);
     free(b1);

@@ -22,17 +22,8 @@ typedef struct {
 } file_buf;
 
 static bool read_file(const char *path, file_buf *fb) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    fb->data = malloc((size_t)n + 1);
-    fb->size = fb->data ? fread(fb->data, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!fb->data || fb->size != (size_t)n) return false;
-    fb->data[n] = '\0';
-    return true;
+    fb->data = test_read_file(path, &fb->size);
+    return fb->data != NULL;
 }
 
 /* Next line of the buffer (NUL-terminated in place), or NULL at the end. */
