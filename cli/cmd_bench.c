@@ -182,11 +182,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
                 if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
                 a->o.n_batch = (int)n;
             } else if (!strcmp(f, "--cache-type")) {
-                if (!strcmp(v, "f32")) a->o.cache_type = PKV_CACHE_F32;
-                else if (strcmp(v, "f16")) {
-                    cli_error(cmd, "--cache-type must be f16 or f32, got '%s'", v);
-                    return -1;
-                }
+                if (!cli_cache_type(cmd, v, &a->o.cache_type)) return -1;
             } else if (!strcmp(f, "--seed")) {
                 if (!cli_u64(cmd, f, v, &a->o.seed)) return -1;
             } else if (!strcmp(f, "--simd")) {
