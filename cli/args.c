@@ -152,6 +152,14 @@ bool cli_cache_type(const char *cmd, const char *s, pkv_cache_type *out) {
     return true;
 }
 
+void cli_model_id(const char *path, char *out, size_t len) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(out, len, "%s", base);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
+}
+
 pkv_model *cli_load_model(const char *cmd, const char *path, pkv_simd simd) {
     pkv_error err;
     pkv_load_opts lo = {.simd = simd};

@@ -482,15 +482,6 @@ static bool file_nonempty(const char *path) {
     return stat(path, &st) == 0 && st.st_size > 0;
 }
 
-/* The model's name for titles and file names: the file name without .gguf. */
-static void model_name(const char *path, char *buf, size_t len) {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    snprintf(buf, len, "%s", base);
-    size_t n = strlen(buf);
-    if (n > 5 && !strcmp(buf + n - 5, ".gguf")) buf[n - 5] = '\0';
-}
-
 static char *command_line(int argc, char **argv) {
     pkv_sbuf b = {0};
     pkv_sbuf_puts(&b, "promptkv");
@@ -744,7 +735,7 @@ int cmd_eval(int argc, char **argv) {
     if (a.report_only) {
         char *recorded = recorded_field(a.out_dir, "model");
         if (a.model_path)
-            model_name(a.model_path, name, sizeof name);
+            cli_model_id(a.model_path, name, sizeof name);
         else
             snprintf(name, sizeof name, "%s", recorded ? recorded : "model");
         free(recorded);
@@ -755,7 +746,7 @@ int cmd_eval(int argc, char **argv) {
         ranks_finish();
         return code;
     }
-    model_name(a.model_path, name, sizeof name);
+    cli_model_id(a.model_path, name, sizeof name);
 
     static pkv_eval_config configs[MAX_CONFIGS];
     int n_configs = 0;

@@ -138,15 +138,6 @@ static int parse_args(int argc, char **argv, serve_args *a) {
     return 0;
 }
 
-/* "models/gemma-3-270m-q4_k_m.gguf" -> "gemma-3-270m-q4_k_m" */
-static void model_id_from_path(const char *path, char *out, size_t len) {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    snprintf(out, len, "%s", base);
-    size_t n = strlen(out);
-    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
-}
-
 int cmd_serve(int argc, char **argv) {
     serve_args a;
     int rc = parse_args(argc, argv, &a);
@@ -171,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
     a.opts.protect_system = a.press.protect_system;
 
     char model_id[256];
-    model_id_from_path(a.model_path, model_id, sizeof model_id);
+    cli_model_id(a.model_path, model_id, sizeof model_id);
     a.opts.model_id = a.alias ? a.alias : model_id;
 
     pkv_model *model = cli_load_model("serve", a.model_path, a.simd);
