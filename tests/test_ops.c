@@ -20,19 +20,14 @@
 #include "cpu.h"
 #include "f16.h"
 #include "ops.h"
+#include "prng.h"
 #include "quant.h"
 #include "test.h"
 #include "threads.h"
 
 /* ------------------------------------------------------------------ utilities */
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rng_sym(uint64_t *s) { return (float)((rng_next(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
+static float rng_sym(uint64_t *s) { return (float)((pkv_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
 
 static int n_levels(pkv_simd out[3]) {
     int n = 0;
@@ -50,7 +45,7 @@ static const uint32_t gemm_types[] = {PKV_TYPE_F32,  PKV_TYPE_F16,  PKV_TYPE_Q4_
  * occur. */
 static void random_rows(uint32_t type, int64_t k, int64_t rows, uint8_t *w, uint64_t *rng, float mag) {
     const uint64_t rb = pkv_row_bytes(type, k);
-    for (uint64_t i = 0; i < rb * (uint64_t)rows; i++) w[i] = (uint8_t)rng_next(rng);
+    for (uint64_t i = 0; i < rb * (uint64_t)rows; i++) w[i] = (uint8_t)pkv_splitmix64(rng);
     const pkv_type_info *ti = pkv_type_get(type);
     const int64_t nb = k / ti->block_elems * rows;
     for (int64_t b = 0; b < nb; b++) {
@@ -79,7 +74,7 @@ static void random_rows(uint32_t type, int64_t k, int64_t rows, uint8_t *w, uint
 static void random_acts(float *x, int64_t n, uint64_t *rng) {
     for (int64_t i = 0; i < n; i++) {
         x[i] = rng_sym(rng);
-        if (rng_next(rng) % 50 == 0) x[i] *= 30.0f; /* a few outliers, as real activations have */
+        if (pkv_splitmix64(rng) % 50 == 0) x[i] *= 30.0f; /* a few outliers, as real activations have */
     }
 }
 
