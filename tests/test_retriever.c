@@ -1,0 +1,352 @@
+/*
+ * The retriever (models/retriever-1m-f32.gguf, docs/retriever.md): a small
+ * llama model trained by tools/train-retriever.py to solve generated
+ * long-context retrieval tasks. Here:
+ *   - the engine tokenizes its prompts as the training code did, and its
+ *     logits equal HF transformers' LlamaForCausalLM's with the same weights
+ *     (tests/fixtures/retriever/logits.ref);
+ *   - held-out prompts (tests/fixtures/retriever/heldout.txt, a seed never
+ *     used in training) are answered with the full cache and with every press
+ *     at a small budget, each above a floor set from measured accuracy;
+ *   - a deliberately wrong press (SnapKV's scores, lowest rows kept) falls
+ *     below SnapKV's floor: the check can fail.
+ * Accuracy numbers say nothing about real models; they catch regressions.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "press.h"
+#include "promptkv.h"
+#include "test.h"
+
+static const char *RETRIEVER = "models/retriever-1m-f32.gguf";
+
+/* ---------------------------------------------------------------- helpers */
+
+static pkv_model *load_retriever(void) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(RETRIEVER, NULL, &err);
+    if (!m) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return m;
+}
+
+static pkv_session *new_session(pkv_model *m, pkv_cache_type cache) {
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.cache_type = cache;
+    pkv_error err;
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    if (!s) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return s;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Tokens of text as the engine makes them (BOS added, no special parsing);
+ * malloc'ed, count in *n. */
+static int32_t *tokenize(const pkv_model *m, const char *text, int *n) {
+    pkv_error err;
+    size_t len = strlen(text);
+    int cap = (int)len + 8;
+    int32_t *t = malloc((size_t)cap * sizeof *t);
+    *n = t ? pkv_tokenize(m, text, len, true, false, t, cap, &err) : -1;
+    if (*n < 0 || *n > cap) {
+        test_fail(__FILE__, __LINE__, "tokenize: %s", *n < 0 ? err.msg : "more tokens than bytes + 8");
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* ---------------------------------------------------------------- logits fixture */
+
+typedef struct {
+    char *text;
+    int n_tokens, n_pos;
+    int32_t *tokens, *pos;
+    float *logits; /* [n_pos][n_vocab] */
+} logit_prompt;
+
+typedef struct {
+    int n_vocab, n_prompts;
+    logit_prompt *p;
+} logit_fixture;
+
+static void logit_fixture_free(logit_fixture *fx) {
+    for (int i = 0; fx->p && i < fx->n_prompts; i++) {
+        free(fx->p[i].text);
+        free(fx->p[i].tokens);
+        free(fx->p[i].pos);
+        free(fx->p[i].logits);
+    }
+    free(fx->p);
+    memset(fx, 0, sizeof *fx);
+}
+
+static bool read_exact(FILE *f, void *dst, size_t size, size_t n) { return dst && fread(dst, size, n, f) == n; }
+
+/* Layout written by tools/train-retriever.py write_logits_fixture(). */
+static bool logit_fixture_load(const char *path, logit_fixture *fx) {
+    memset(fx, 0, sizeof *fx);
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char magic[8];
+    int32_t hdr[3];
+    bool ok = read_exact(f, magic, 1, 8) && !memcmp(magic, "PKVRTL1", 8) && read_exact(f, hdr, 4, 2) &&
+              hdr[0] > 0 && hdr[1] > 0 && hdr[1] < 16;
+    if (ok) {
+        fx->n_vocab = hdr[0];
+        fx->n_prompts = hdr[1];
+        fx->p = calloc((size_t)fx->n_prompts, sizeof *fx->p);
+        ok = fx->p != NULL;
+    }
+    for (int i = 0; ok && i < fx->n_prompts; i++) {
+        logit_prompt *p = &fx->p[i];
+        ok = read_exact(f, hdr, 4, 3) && hdr[0] > 0 && hdr[0] < (1 << 20) && hdr[1] > 0 && hdr[1] < (1 << 16) &&
+             hdr[2] > 0 && hdr[2] <= hdr[1];
+        if (!ok) break;
+        p->n_tokens = hdr[1];
+        p->n_pos = hdr[2];
+        p->text = calloc((size_t)hdr[0] + 1, 1);
+        p->tokens = malloc((size_t)p->n_tokens * sizeof *p->tokens);
+        p->pos = malloc((size_t)p->n_pos * sizeof *p->pos);
+        p->logits = malloc((size_t)p->n_pos * (size_t)fx->n_vocab * sizeof *p->logits);
+        ok = read_exact(f, p->text, 1, (size_t)hdr[0]) && read_exact(f, p->tokens, 4, (size_t)p->n_tokens) &&
+             read_exact(f, p->pos, 4, (size_t)p->n_pos) &&
+             read_exact(f, p->logits, 4, (size_t)p->n_pos * (size_t)fx->n_vocab);
+    }
+    fclose(f);
+    if (!ok) logit_fixture_free(fx);
+    return ok;
+}
+
+typedef struct {
+    const logit_prompt *p;
+    int n_vocab;
+    int next;        /* index into p->pos of the next recorded position */
+    double max_abs;
+    int argmax_mismatch;
+} logit_cmp;
+
+static void compare_logits(void *user, int index, const float *logits) {
+    logit_cmp *c = user;
+    if (c->next >= c->p->n_pos || c->p->pos[c->next] != index) return;
+    const float *want = c->p->logits + (size_t)c->next * c->n_vocab;
+    for (int i = 0; i < c->n_vocab; i++) {
+        double d = fabs((double)logits[i] - want[i]);
+        if (!(d <= c->max_abs)) c->max_abs = isnan(d) ? INFINITY : d;
+    }
+    c->argmax_mismatch += argmax(logits, c->n_vocab) != argmax(want, c->n_vocab);
+    c->next++;
+}
+
+/* The engine's logits (F32 weights, F32 cache) at the recorded positions of
+ * prompts [first, last) equal the reference's within 1e-4: float32 reductions
+ * in a different order differ by ~1e-6 relative on logits of magnitude ~10. */
+static void check_logits(int first, int last) {
+    logit_fixture fx;
+    REQUIRE_MSG(logit_fixture_load(FIXTURE("retriever/logits.ref"), &fx), "cannot read retriever/logits.ref");
+    pkv_model *m = load_retriever();
+    if (!m) {
+        logit_fixture_free(&fx);
+        return;
+    }
+    CHECK_EQ_INT(pkv_n_vocab(m), fx.n_vocab);
+    for (int i = first; i < last && i < fx.n_prompts && !test_failed(); i++) {
+        const logit_prompt *p = &fx.p[i];
+        int n;
+        int32_t *toks = tokenize(m, p->text, &n);
+        if (!toks) break;
+        /* the engine's SPM tokenizer makes exactly the training code's bytes */
+        CHECK_EQ_INT(n, p->n_tokens);
+        CHECK_MSG(n == p->n_tokens && !memcmp(toks, p->tokens, (size_t)n * sizeof *toks),
+                  "prompt %d: engine tokens differ from the training tokenizer's", i);
+        pkv_session *s = new_session(m, PKV_CACHE_F32);
+        logit_cmp c = {.p = p, .n_vocab = fx.n_vocab};
+        pkv_error err;
+        if (s && pkv_eval(s, p->tokens, p->n_tokens, compare_logits, &c, &err))
+            test_fail(__FILE__, __LINE__, "%s", err.msg);
+        CHECK_EQ_INT(c.next, p->n_pos);
+        CHECK_MSG(c.max_abs <= 1e-4, "prompt %d (%d tokens): max |logit - reference| = %.3g > 1e-4", i, n, c.max_abs);
+        CHECK_EQ_INT(c.argmax_mismatch, 0);
+        printf("  prompt %d: %d tokens, %d positions, max |dlogit| %.2e\n", i, n, p->n_pos, c.max_abs);
+        pkv_session_free(s);
+        free(toks);
+    }
+    pkv_model_free(m);
+    logit_fixture_free(&fx);
+}
+
+TEST(retriever_logits_match_hf_short) { check_logits(0, 1); }
+
+TEST(slow_retriever_logits_match_hf_long) { check_logits(1, 16); }
+
+/* ---------------------------------------------------------------- held-out accuracy */
+
+static const char *const TASKS[] = {"passkey", "kv", "multikey", "multivalue", "vartrack", "copy"};
+enum { N_TASKS = sizeof TASKS / sizeof TASKS[0] };
+
+typedef struct {
+    int task;      /* index into TASKS */
+    int n_tokens;  /* BOS included, as the training tokenizer counted */
+    char *answer;
+    char *prompt;
+} heldout_prompt;
+
+typedef struct {
+    int n;
+    heldout_prompt *p;
+} heldout_set;
+
+static void heldout_free(heldout_set *set) {
+    for (int i = 0; set->p && i < set->n; i++) {
+        free(set->p[i].answer);
+        free(set->p[i].prompt);
+    }
+    free(set->p);
+    memset(set, 0, sizeof *set);
+}
+
+static int task_index(const char *name) {
+    for (int i = 0; i < N_TASKS; i++)
+        if (!strcmp(TASKS[i], name)) return i;
+    return -1;
+}
+
+static char *dup_unescaped(const char *s) {
+    char *out = malloc(strlen(s) + 1), *o = out;
+    if (!out) return NULL;
+    for (; *s; s++) {
+        if (s[0] == '\\' && s[1] == 'n') {
+            *o++ = '\n';
+            s++;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* "task TAB n_tokens TAB answer TAB prompt" per line, '#' lines are comments,
+ * "\n" in the prompt stands for a newline (tools/train-retriever.py). */
+static bool heldout_load(const char *path, heldout_set *set) {
+    memset(set, 0, sizeof *set);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    static char line[1 << 14];
+    bool ok = true;
+    while (ok && fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        if (line[0] == '#' || len <= 1) continue;
+        if (line[len - 1] != '\n') {
+            ok = false;
+            break;
+        }
+        line[len - 1] = '\0';
+        char *field[4] = {line, NULL, NULL, NULL};
+        for (int k = 1; k < 4 && ok; k++) {
+            char *tab = strchr(field[k - 1], '\t');
+            if (!tab) ok = false;
+            else {
+                *tab = '\0';
+                field[k] = tab + 1;
+            }
+        }
+        if (!ok) break;
+        heldout_prompt *grown = realloc(set->p, (size_t)(set->n + 1) * sizeof *grown);
+        if (!grown) {
+            ok = false;
+            break;
+        }
+        set->p = grown;
+        heldout_prompt *p = &set->p[set->n];
+        p->task = task_index(field[0]);
+        p->n_tokens = atoi(field[1]);
+        p->answer = dup_unescaped(field[2]);
+        p->prompt = dup_unescaped(field[3]);
+        set->n++;
+        ok = p->task >= 0 && p->n_tokens > 0 && p->answer && p->prompt;
+    }
+    fclose(f);
+    if (!ok) heldout_free(set);
+    return ok && set->n > 0;
+}
+
+/* Prefills the prompt with the press (NULL: full cache), greedy-decodes until
+ * a newline, and compares the line (spaces trimmed) with the gold answer. */
+static bool answers(pkv_session *s, const pkv_press_cfg *press, const heldout_prompt *hp) {
+    const pkv_model *m = pkv_session_model(s);
+    int n;
+    int32_t *toks = tokenize(m, hp->prompt, &n);
+    if (!toks) return false;
+    CHECK_EQ_INT(n, hp->n_tokens);
+    pkv_error err;
+    pkv_session_reset(s);
+    bool ok = pkv_prefill(s, toks, n, press, NULL, &err) == 0;
+    free(toks);
+    if (!ok) {
+        test_fail(__FILE__, __LINE__, "prefill: %s", err.msg);
+        return false;
+    }
+    char got[256];
+    int len = 0, max_steps = (int)strlen(hp->answer) + 3;
+    for (int step = 0; step < max_steps; step++) {
+        int32_t t = argmax(pkv_logits(s), pkv_n_vocab(m));
+        char piece[16];
+        int k = pkv_token_to_piece(m, t, false, piece, sizeof piece);
+        if (pkv_token_is_eog(m, t) || k < 0 || memchr(piece, '\n', (size_t)k)) break;
+        if (len + k >= (int)sizeof got) break;
+        memcpy(got + len, piece, (size_t)k);
+        len += k;
+        if (pkv_decode(s, t, &err)) {
+            test_fail(__FILE__, __LINE__, "decode: %s", err.msg);
+            return false;
+        }
+    }
+    got[len] = '\0';
+    char *b = got;
+    while (*b == ' ') b++;
+    while (len > 0 && got[len - 1] == ' ') got[--len] = '\0';
+    return !strcmp(b, hp->answer);
+}
+
+typedef struct {
+    int hits[N_TASKS], total[N_TASKS];
+} accuracy;
+
+static int percent(int hits, int total) { return total ? (100 * hits + total / 2) / total : 0; }
+
+static int overall(const accuracy *a) {
+    int h = 0, t = 0;
+    for (int i = 0; i < N_TASKS; i++) h += a->hits[i], t += a->total[i];
+    return percent(h, t);
+}
+
+/* Accuracy of a press over the held-out prompts of at most max_tokens tokens. */
+static accuracy measure(pkv_model *m, const pkv_press_cfg *press, const heldout_set *set, int max_tokens) {
+    accuracy a = {{0}, {0}};
+    pkv_session *s = new_session(m, PKV_CACHE_F16);
+    if (!s) return a;
+    for (int i = 0; i < set->n && !test_failed(); i++) {
+        const heldout_prompt *hp = &set->p[i];
+        if (hp->n_tokens > max_tokens) continue;
+        a.total[hp->task]++;
+        a.hits[hp->task] += answers(s, press, hp);
+    }
+    pkv_session_free(s);
+    return a;
+}
+
+static void print_accuracy(const char *what, const accuracy *a) {
+    printf("  %-34s", what);
+    for (int i = 0; i < N_TASKS; i++) printf(" %s %d/%d", TASKS[i], a->hits[i], a->total[i]);
+    printf("  = %d%%\n", overall(a));
+}
+

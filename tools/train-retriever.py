@@ -1,0 +1,827 @@
+#!/usr/bin/env python3
+"""Train the retriever: a ~1M-parameter llama-architecture model that solves generated long-context
+retrieval tasks, and write it as GGUF for the engine (docs/retriever.md).
+
+The model is a plain Llama (RoPE, RMSNorm, SwiGLU, grouped-query attention, full attention in every layer)
+over a byte vocabulary: <unk>, <s>, </s>, the 256 byte tokens <0x00>..<0xFF> and one normal token "\u2581"
+(the SentencePiece space).  Written with tokenizer.ggml.model=llama and add_space_prefix=false, the
+engine's SPM tokenizer turns every space into "\u2581" and every other byte into its byte token (byte
+fallback, engine-notes §4.3) -- exactly what encode() below does.
+
+Tasks (generated; prompts end with a question, the answer follows " A:" and ends with a newline):
+  passkey     one pass key hidden in filler text
+  kv          the value of one key, 1-4 key/value needles in the context
+  multikey    the value of one key among 8-24 key/value needles
+  multivalue  every value of one key (2-4 values, in order), among other keys' values
+  vartrack    variable tracking: which variables end up equal to a number (chains of 1-3 hops)
+  copy        repeat a random 16-40 letter line that appeared once in the context
+
+Subcommands:
+  train    train with a length curriculum (128 -> 2048 tokens), checkpointing to --out (resumable)
+  export   checkpoint -> GGUF (llama.cpp's converter layout: q/k rows permuted for NORM rope, §5.2),
+           after checking that HF transformers' LlamaForCausalLM with the same weights gives the same logits
+  fixtures held-out prompts + gold answers (tests/fixtures/retriever/heldout.txt) and reference logits of
+           HF's LlamaForCausalLM for a few prompts (tests/fixtures/retriever/logits.ref)
+  eval     exact-match accuracy per task and length with PyTorch (greedy), or with the engine's CLI
+
+Everything is seeded: the batch of training step s is generated from (seed, s), so a resumed run sees the
+same data as an uninterrupted one.  Held-out prompts use seeds disjoint from training's (HELDOUT_SEED).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO_ROOT / "out" / "retriever"
+DEFAULT_MODEL = REPO_ROOT / "models" / "retriever-1m-f32.gguf"
+FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "retriever"
+
+TRAIN_SEED = 1234
+HELDOUT_SEED = 777_000_001       # never used by training (training seeds are (TRAIN_SEED, step))
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizer: bytes, with the space as the SPM piece "\u2581"
+# ----------------------------------------------------------------------------------------------------
+
+UNK, BOS, EOS = 0, 1, 2
+BYTE0 = 3                  # token of byte b is BYTE0 + b
+SPACE = BYTE0 + 256        # "\u2581"
+N_VOCAB = SPACE + 1
+NEWLINE = BYTE0 + ord("\n")
+
+
+def encode(text: str, bos: bool = True) -> list[int]:
+    ids = [BOS] if bos else []
+    for b in text.encode("utf-8"):
+        ids.append(SPACE if b == 0x20 else BYTE0 + b)
+    return ids
+
+
+def decode(ids: list[int]) -> str:
+    out = bytearray()
+    for t in ids:
+        if t == SPACE:
+            out.append(0x20)
+        elif BYTE0 <= t < BYTE0 + 256:
+            out.append(t - BYTE0)
+    return out.decode("utf-8", errors="replace")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task generator
+# ----------------------------------------------------------------------------------------------------
+
+ADJECTIVES = ("old quiet green small bright dark warm cold tall heavy soft slow busy empty narrow wide "
+              "round wet dry calm pale golden grey simple steady").split()
+NOUNS = ("river hill town road field bridge garden market house tree stone boat window door farmer "
+         "child teacher baker mill church forest valley lake cloud morning evening winter summer bird "
+         "horse village wall roof street harbour island meadow path lamp book letter table chair").split()
+VERBS = ("runs walks looks waits rests stands turns sings falls grows moves sleeps shines leans "
+         "drifts rises sits works stays returns").split()
+PREPS = "near past under over behind beside through along across around into toward".split()
+ADVERBS = "slowly again today often quietly early late always softly there".split()
+# keys and secret lines use consonants only: random strings never spell words
+LETTERS = "BCDFGHJKLMNPQRSTVWXZ"
+LOWER = LETTERS.lower()
+
+TASKS = ("passkey", "kv", "multikey", "multivalue", "vartrack", "copy")
+
+
+def filler_sentence(rng: np.random.Generator) -> str:
+    """A short sentence of lowercase words (no digits, no all-capital words: keys and values stand out)."""
+    def pick(words):
+        return words[int(rng.integers(len(words)))]
+    kind = int(rng.integers(4))
+    if kind == 0:
+        s = f"the {pick(ADJECTIVES)} {pick(NOUNS)} {pick(VERBS)} {pick(PREPS)} the {pick(NOUNS)}"
+    elif kind == 1:
+        s = f"one {pick(NOUNS)} {pick(VERBS)} {pick(ADVERBS)}"
+    elif kind == 2:
+        s = f"the {pick(NOUNS)} is {pick(ADJECTIVES)} and the {pick(NOUNS)} is {pick(ADJECTIVES)}"
+    else:
+        s = f"every {pick(NOUNS)} {pick(VERBS)} {pick(PREPS)} a {pick(ADJECTIVES)} {pick(NOUNS)} {pick(ADVERBS)}"
+    return s[0].upper() + s[1:] + ". "
+
+
+def random_key(rng: np.random.Generator, used: set[str]) -> str:
+    while True:
+        k = "".join(LETTERS[i] for i in rng.integers(len(LETTERS), size=5))
+        if k not in used:
+            used.add(k)
+            return k
+
+
+def random_value(rng: np.random.Generator, used: set[str]) -> str:
+    while True:
+        v = str(int(rng.integers(10000, 100000)))
+        if v not in used:
+            used.add(v)
+            return v
+
+
+def random_line(rng: np.random.Generator) -> str:
+    n = int(rng.integers(16, 41))
+    chars = [LOWER[i] for i in rng.integers(len(LOWER), size=n)]
+    for i in range(3, n - 2, 5):            # words of 4-5 letters keep it line-like
+        if rng.random() < 0.8:
+            chars[i] = " "
+    return "".join(chars).strip()
+
+
+@dataclass
+class Example:
+    task: str
+    needles: list[str]                  # sentences inserted into the filler, in order
+    qa: list[tuple[str, str, str]]      # (question, answer prefix, answer); prompts use the first
+
+
+def make_task(rng: np.random.Generator, task: str, max_questions: int, room: int) -> Example:
+    """One instance of a task.  room (bytes the context may take) caps the number of needles so that short
+    training sequences still hold some filler; evaluation prompts (>= 512 tokens) are never capped."""
+    keys: set[str] = set()
+    vals: set[str] = set()
+    cap = max(2, room // 60)                 # needles are 25-40 bytes; keep at least ~1/3 filler
+    if task == "passkey":
+        v = random_value(rng, vals)
+        return Example(task, [f"The pass key is {v}. Remember it. {v} is the pass key. "],
+                       [("What is the pass key?", "The pass key is", v)])
+    if task in ("kv", "multikey"):
+        lo, hi = (1, 4) if task == "kv" else (8, 24)
+        n = min(int(rng.integers(lo, hi + 1)), cap)
+        pairs = [(random_key(rng, keys), random_value(rng, vals)) for _ in range(n)]
+        needles = [f"The value of {k} is {v}. " for k, v in pairs]
+        order = rng.permutation(n)[:max_questions]
+        return Example(task, needles, [(f"What is the value of {pairs[i][0]}?", f"The value of {pairs[i][0]} is", pairs[i][1])
+                                       for i in order])
+    if task == "multivalue":
+        target = random_key(rng, keys)
+        n_values = min(int(rng.integers(2, 5)), cap)
+        n_others = min(int(rng.integers(0, 4)), cap - n_values)
+        values = [random_value(rng, vals) for _ in range(n_values)]
+        others = [(random_key(rng, keys), random_value(rng, vals)) for _ in range(n_others)]
+        items = [(target, v) for v in values] + others
+        items = [items[i] for i in rng.permutation(len(items))]
+        needles = [f"One value of {k} is {v}. " for k, v in items]
+        ordered = [v for k, v in items if k == target]
+        return Example(task, needles, [(f"What are all values of {target}?", f"The values of {target} are",
+                                       " ".join(ordered))])
+    if task == "vartrack":
+        chains = []
+        lengths = [int(rng.integers(2, 5)), int(rng.integers(2, 5))]   # the asked chain, a distractor chain
+        while sum(lengths) > max(4, cap) and max(lengths) > 2:
+            lengths[int(np.argmax(lengths))] -= 1
+        for n_vars in lengths:
+            v = random_value(rng, vals)
+            chains.append((v, [random_key(rng, keys) for _ in range(n_vars)]))
+        # statements of both chains interleaved, each chain in its own order
+        statements: list[list[str]] = []
+        for v, names in chains:
+            statements.append([f"VAR {names[0]} = {v}. "] +
+                              [f"VAR {b} = VAR {a}. " for a, b in zip(names, names[1:])])
+        needles, idx = [], [0, 0]
+        while idx[0] < len(statements[0]) or idx[1] < len(statements[1]):
+            c = int(rng.integers(2))
+            if idx[c] >= len(statements[c]):
+                c = 1 - c
+            needles.append(statements[c][idx[c]])
+            idx[c] += 1
+        v, names = chains[0]
+        return Example(task, needles, [(f"Which variables equal {v}?", f"The variables equal to {v} are",
+                                       " ".join(names))])
+    if task == "copy":
+        line = random_line(rng)
+        return Example(task, [f"The secret line is: {line}. "], [("What is the secret line?", "The secret line is:", line)])
+    raise ValueError(task)
+
+
+def qa_text(question: str, prefix: str, answer: str | None) -> str:
+    """"\\nQ: <question>\\nA: <prefix>" then, in training text, " <answer>\\n".  The answer prefix restates
+    the needle's frame ("The value of QZMRT is"), as passkey prompts do ("The pass key is")."""
+    return f"\nQ: {question}\nA: {prefix}" + ("" if answer is None else f" {answer}\n")
+
+
+def build_context(rng: np.random.Generator, needles: list[str], n_bytes: int) -> str:
+    """Filler sentences of about n_bytes with the needles at random depths, in order."""
+    sentences: list[str] = []
+    size = sum(len(n) for n in needles)
+    while True:
+        s = filler_sentence(rng)
+        if size + len(s) > n_bytes and sentences:
+            break
+        sentences.append(s)
+        size += len(s)
+    slots = np.sort(rng.integers(0, len(sentences) + 1, size=len(needles)))
+    out: list[str] = []
+    k = 0
+    for i in range(len(sentences) + 1):
+        while k < len(needles) and slots[k] == i:
+            out.append(needles[k])
+            k += 1
+        if i < len(sentences):
+            out.append(sentences[i])
+    return "".join(out).rstrip()
+
+
+def make_prompt(rng: np.random.Generator, task: str, n_tokens: int) -> tuple[str, str]:
+    """An evaluation prompt of at most n_tokens tokens (BOS included) and its gold answer."""
+    ex = make_task(rng, task, 1, n_tokens)
+    question, prefix, answer = ex.qa[0]
+    tail = qa_text(question, prefix, None)
+    context = build_context(rng, ex.needles, n_tokens - 1 - len(tail.encode()))
+    prompt = context + tail
+    assert len(encode(prompt)) <= n_tokens
+    return prompt, answer
+
+
+PAD, ANSWER, TEXT = 0, 1, 2      # kinds of target token in a training batch
+
+
+def make_repeat_sequence(rng: np.random.Generator, n_tokens: int) -> tuple[list[int], list[int]]:
+    """Training only: a string of random byte tokens (all 256, so that one token identifies its position),
+    filler, then the string again, trained on in full.  Induction heads ("find the earlier occurrence of this
+    token, copy what followed") form within a few hundred steps on this; on the tasks' small alphabets
+    (digits, 20 consonants) alone they take far longer, since one token never identifies a position."""
+    n = int(rng.integers(16, 49))
+    piece = [BYTE0 + int(b) for b in rng.integers(256, size=n)]
+    gap = encode(build_context(rng, [], max(0, n_tokens - 2 * n - 2)), bos=False)
+    tokens = [BOS] + piece + gap + [NEWLINE] + piece
+    kinds = [TEXT] * (1 + n + len(gap) + 2) + [ANSWER] * (n - 1)
+    return tokens, kinds
+
+
+def make_training_sequence(rng: np.random.Generator, task: str, n_tokens: int) -> tuple[list[int], list[int]]:
+    """(tokens, kinds) of about n_tokens: context, then 1-4 questions with their answers.  Answer tokens are
+    those from the space after "A:" to the newline; the rest is TEXT."""
+    if task == "repeat":
+        return make_repeat_sequence(rng, n_tokens)
+    ex = make_task(rng, task, int(rng.integers(1, 5)), n_tokens - 160)
+    qa = [qa_text(*x) for x in ex.qa]
+    context = build_context(rng, ex.needles, n_tokens - 1 - sum(len(t.encode()) for t in qa))
+    tokens = encode(context)
+    mask = [TEXT] * len(tokens)
+    for q, prefix, a in ex.qa:
+        head = encode(qa_text(q, prefix, None), bos=False)
+        tail = encode(f" {a}\n", bos=False)
+        tokens += head + tail
+        mask += [TEXT] * len(head) + [ANSWER] * len(tail)
+    return tokens, mask
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model: Llama exactly as HF's LlamaForCausalLM computes it (rotate_half RoPE), HF parameter names
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    n_embd: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 32
+    n_ff: int = 512
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    n_ctx: int = 2176           # context_length written to the GGUF: 2048-token prompts plus their answers
+
+    def hf_config(self) -> dict:
+        return dict(vocab_size=N_VOCAB, hidden_size=self.n_embd, num_hidden_layers=self.n_layer,
+                    num_attention_heads=self.n_head, num_key_value_heads=self.n_head_kv, head_dim=self.head_dim,
+                    intermediate_size=self.n_ff, rms_norm_eps=self.rms_eps, max_position_embeddings=self.n_ctx,
+                    bos_token_id=BOS, eos_token_id=EOS, pad_token_id=None, tie_word_embeddings=False,
+                    rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, n: int, eps: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope_tables(cfg: ModelConfig, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
+    ang = torch.arange(n, dtype=torch.float32)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos(), ang.sin()
+
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, hd = cfg.n_embd, cfg.head_dim
+        self.q_proj = torch.nn.Linear(d, cfg.n_head * hd, bias=False)
+        self.k_proj = torch.nn.Linear(d, cfg.n_head_kv * hd, bias=False)
+        self.v_proj = torch.nn.Linear(d, cfg.n_head_kv * hd, bias=False)
+        self.o_proj = torch.nn.Linear(cfg.n_head * hd, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        c = self.cfg
+        q = self.q_proj(x).view(b, t, c.n_head, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, c.n_head_kv, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, c.n_head_kv, c.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, c.n_head * c.head_dim))
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(cfg.n_embd, cfg.n_ff, bias=False)
+        self.up_proj = torch.nn.Linear(cfg.n_embd, cfg.n_ff, bias=False)
+        self.down_proj = torch.nn.Linear(cfg.n_ff, cfg.n_embd, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Inner(torch.nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(N_VOCAB, cfg.n_embd)
+        self.layers = torch.nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+
+
+class Retriever(torch.nn.Module):
+    """State-dict names are HF LlamaForCausalLM's, so the weights load into it unchanged."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Inner(cfg)
+        self.lm_head = torch.nn.Linear(cfg.n_embd, N_VOCAB, bias=False)
+        self._rope = rope_tables(cfg, cfg.n_ctx)
+        self.apply(self._init)
+        for name, p in self.named_parameters():     # GPT-2 style: residual writes scaled by depth
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                torch.nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(m.weight, std=0.02)
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (after the output norm), [batch, tokens, n_embd]."""
+        t = ids.shape[1]
+        cos, sin = (a[:t] for a in self._rope)
+        x = self.model.embed_tokens(ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        return self.model.norm(x)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.hidden(ids))
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------
+
+TASK_WEIGHTS = {"passkey": 1.0, "kv": 2.0, "multikey": 2.0, "multivalue": 1.5, "vartrack": 1.5, "copy": 1.0}
+# Length curriculum: (fraction of the steps done, longest sequence from then on).
+CURRICULUM = ((0.0, 128), (0.1, 256), (0.25, 512), (0.45, 1024), (0.65, 2048))
+MIN_LEN = 128
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 3000
+    tokens_per_step: int = 8192
+    lr: float = 2e-3
+    lm_weight: float = 0.2        # weight of the next-token loss on non-answer text
+    min_lr_frac: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = TRAIN_SEED
+    threads: int = 1
+    checkpoint_every: int = 50
+
+
+def max_len_at(step: int, steps: int) -> int:
+    longest = CURRICULUM[0][1]
+    for frac, n in CURRICULUM:
+        if step >= frac * steps:
+            longest = n
+    return longest
+
+
+def make_batch(tc: TrainConfig, step: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The batch of one step, from (seed, step) alone: half the steps at the curriculum's current longest
+    length, the rest at a uniform length below it; every sequence of a batch has the same budget."""
+    rng = np.random.default_rng([tc.seed, step])
+    longest = max_len_at(step, tc.steps)
+    n = longest if rng.random() < 0.5 or longest <= MIN_LEN else int(rng.integers(MIN_LEN, longest + 1))
+    batch = max(1, tc.tokens_per_step // n)
+    names = list(TASK_WEIGHTS)
+    p = np.array([TASK_WEIGHTS[t] for t in names])
+    p /= p.sum()
+    seqs = [make_training_sequence(rng, names[int(rng.choice(len(names), p=p))], n) for _ in range(batch)]
+    width = max(len(t) for t, _ in seqs)
+    ids = torch.zeros((batch, width), dtype=torch.long)
+    mask = torch.full((batch, width), PAD, dtype=torch.long)
+    for i, (t, m) in enumerate(seqs):
+        ids[i, :len(t)] = torch.tensor(t)
+        mask[i, :len(m)] = torch.tensor(m)
+    return ids, mask, n
+
+
+def answer_loss(model: Retriever, ids: torch.Tensor, mask: torch.Tensor,
+                lm_weight: float) -> tuple[torch.Tensor, float, float]:
+    """Cross-entropy on the answer tokens, plus lm_weight x the next-token loss on the rest of the text (dense
+    signal that builds previous-token heads early); also the fraction of sequences whose every answer token
+    is the argmax."""
+    kind = mask[:, 1:]
+    target = ids[:, 1:]
+    answer = kind == ANSWER
+    hidden = model.hidden(ids[:, :-1])
+    if lm_weight > 0:
+        used = kind > 0
+        ce = F.cross_entropy(model.lm_head(hidden[used]), target[used], reduction="none")
+        is_answer = answer[used]
+        answer_ce = ce[is_answer].mean()
+        loss = answer_ce + lm_weight * ce[~is_answer].mean()
+    else:
+        answer_ce = loss = F.cross_entropy(model.lm_head(hidden[answer]), target[answer])
+    with torch.no_grad():
+        logits = model.lm_head(hidden[answer])
+        wrong = torch.zeros(answer.shape, dtype=torch.float32)
+        wrong[answer] = (logits.argmax(-1) != target[answer]).float()
+        exact = float((wrong.sum(1) == 0).float().mean())
+    return loss, exact, float(answer_ce.detach())
+
+
+def lr_at(tc: TrainConfig, step: int) -> float:
+    if step < tc.warmup:
+        return tc.lr * (step + 1) / tc.warmup
+    t = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
+    return tc.lr * (tc.min_lr_frac + (1 - tc.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def make_optimizer(model: Retriever, tc: TrainConfig) -> torch.optim.Optimizer:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    other = [p for n, p in model.named_parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                              {"params": other, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95))
+
+
+def save_checkpoint(path: Path, model, opt, step: int, mc: ModelConfig, tc: TrainConfig, wall: float,
+                    log: list) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "model_config": asdict(mc),
+                "train_config": asdict(tc), "wall_seconds": wall, "log": log}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> tuple[Retriever, dict]:
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    model = Retriever(ModelConfig(**ck["model_config"]))
+    model.load_state_dict(ck["model"])
+    return model, ck
+
+
+def cmd_train(args) -> int:
+    torch.set_num_threads(args.threads)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = out / "checkpoint.pt"
+    tc = TrainConfig(steps=args.steps, tokens_per_step=args.tokens_per_step, lr=args.lr, seed=args.seed,
+                     threads=args.threads, lm_weight=args.lm_weight)
+    mc = ModelConfig(n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head, n_head_kv=args.n_head_kv,
+                     head_dim=args.head_dim, n_ff=args.n_ff)
+    if ckpt.exists() and not args.restart:
+        model, ck = load_checkpoint(ckpt)
+        mc = model.cfg
+        tc = TrainConfig(**{**ck["train_config"], "steps": args.steps, "threads": args.threads})
+        opt = make_optimizer(model, tc)
+        opt.load_state_dict(ck["opt"])
+        start, wall, log = ck["step"], ck["wall_seconds"], ck["log"]
+        print(f"resumed at step {start} ({wall / 3600:.2f} h so far)", flush=True)
+    else:
+        torch.manual_seed(tc.seed)
+        model = Retriever(mc)
+        opt = make_optimizer(model, tc)
+        start, wall, log = 0, 0.0, []
+    print(f"model {asdict(mc)}: {n_params(model)} parameters; training {asdict(tc)}", flush=True)
+    model.train()
+    t_last = time.time()
+    run_loss, run_exact, run_n = 0.0, 0.0, 0
+    for step in range(start, tc.steps):
+        ids, mask, n = make_batch(tc, step)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(tc, step)
+        loss, exact, ans = answer_loss(model, ids, mask, tc.lm_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        opt.step()
+        run_loss += ans
+        run_exact += exact
+        run_n += 1
+        now = time.time()
+        wall += now - t_last
+        t_last = now
+        if (step + 1) % 20 == 0:
+            entry = {"step": step + 1, "max_len": max_len_at(step, tc.steps), "answer_loss": run_loss / run_n,
+                     "exact": run_exact / run_n, "lr": lr_at(tc, step), "wall": wall}
+            log.append(entry)
+            print(json.dumps(entry), flush=True)
+            run_loss, run_exact, run_n = 0.0, 0.0, 0
+        if (step + 1) % tc.checkpoint_every == 0 or step + 1 == tc.steps:
+            save_checkpoint(ckpt, model, opt, step + 1, mc, tc, wall, log)
+            t_last = time.time()
+    print(f"done: {tc.steps} steps, {wall / 3600:.2f} h of training wall time", flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# GGUF export (llama.cpp converter layout, via the fixture tool's writer)
+# ----------------------------------------------------------------------------------------------------
+
+
+def fixture_tool():
+    """tools/make-model-fixtures.py as a module: its converter-equivalent tensor plan and GGUF writer."""
+    spec = importlib.util.spec_from_file_location("make_model_fixtures", REPO_ROOT / "tools" / "make-model-fixtures.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["make_model_fixtures"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def byte_vocab(mmf):
+    """<unk>, <s>, </s>, <0x00>..<0xFF> (type byte), "\u2581" (normal): what encode() produces under the
+    engine's SPM tokenizer with add_space_prefix=false."""
+    from gguf import TokenType
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581"]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256 + [TokenType.NORMAL]
+    assert len(tokens) == N_VOCAB and tokens[SPACE] == "\u2581" and tokens[BYTE0 + 0x41] == "<0x41>"
+    return mmf.Vocab(model="llama", pre="default", tokens=tokens, types=types, scores=[0.0] * N_VOCAB,
+                     special_ids={"bos": BOS, "eos": EOS, "unk": UNK}, add_bos=True, add_eos=False,
+                     add_space_prefix=False)
+
+
+def hf_model_of(model: Retriever):
+    """HF transformers' LlamaForCausalLM (eager attention, float32) holding the trained weights: the
+    independent reference for the engine's logits."""
+    import transformers
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**model.cfg.hf_config()))
+    hf.set_attn_implementation("eager")
+    missing, unexpected = hf.load_state_dict(model.state_dict(), strict=True)
+    assert not missing and not unexpected
+    return hf.eval()
+
+
+@torch.no_grad()
+def hf_logits(hf, ids: list[int]) -> np.ndarray:
+    return hf(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float().numpy()
+
+
+def cmd_export(args) -> int:
+    torch.set_num_threads(args.threads)
+    mmf = fixture_tool()
+    from gguf import GGMLQuantizationType as QT, LlamaFileType as FT
+    model, ck = load_checkpoint(args.checkpoint)
+    model.eval()
+    hf = hf_model_of(model)
+    # our training module and HF's Llama must be the same function
+    for task, length, prompt, _ in heldout_prompts(1, (512,), ("kv", "vartrack")):
+        ids = encode(prompt)
+        with torch.no_grad():
+            ours = model(torch.tensor([ids]))[0].numpy()
+        diff = float(np.abs(ours - hf_logits(hf, ids)).max())
+        print(f"training module vs HF LlamaForCausalLM, {task} {len(ids)} tokens: max |dlogit| {diff:.2e}")
+        assert diff < 1e-4, diff
+    spec = mmf.ModelSpec(name=args.name, arch="llama", seed=0, weight_std=0.0, types=["f32"],
+                         config=model.cfg.hf_config(), tokenizer="byte")
+    plans = mmf.plan_tensors(hf, spec)      # q/k rows permuted exactly as convert_hf_to_gguf.py (§5.2)
+    tensors = [(p.gguf_name, p.data, mmf.stored_type(p, QT.F32)) for p in plans]
+    args.model.parent.mkdir(parents=True, exist_ok=True)
+    mmf.write_gguf(args.model, spec, byte_vocab(mmf), FT.ALL_F32, tensors)
+    print(f"wrote {args.model} ({args.model.stat().st_size} bytes, {n_params(model)} parameters, "
+          f"trained {ck['step']} steps in {ck['wall_seconds'] / 3600:.2f} h)")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Test fixtures
+# ----------------------------------------------------------------------------------------------------
+
+LOGITS_MAGIC = b"PKVRTL1\0"
+# (task, length, index) of the prompts whose logits are recorded: a short one in full, two long ones sampled
+LOGIT_PROMPTS = (("kv", 512, 0), ("multivalue", 1024, 0), ("passkey", 2048, 0))
+LOGIT_SEED = HELDOUT_SEED + 1
+
+
+def logit_positions(n: int) -> list[int]:
+    """Every 61st position (a prime stride, so every offset modulo the SIMD widths is seen) and the last 8."""
+    return sorted(set(range(0, n, 61)) | set(range(max(0, n - 8), n)))
+
+
+def write_logits_fixture(path: Path, hf) -> list[str]:
+    """Layout (little-endian): magic "PKVRTL1\\0"; int32 n_vocab, n_prompts; per prompt: int32 n_text,
+    n_tokens, n_pos; char text[n_text]; int32 tokens[n_tokens]; int32 pos[n_pos];
+    float32 logits[n_pos][n_vocab] (logits after consuming tokens[0..pos])."""
+    lines = []
+    with open(path, "wb") as f:
+        f.write(LOGITS_MAGIC)
+        f.write(struct.pack("<ii", N_VOCAB, len(LOGIT_PROMPTS)))
+        for task, length, i in LOGIT_PROMPTS:
+            rng = np.random.default_rng([LOGIT_SEED, TASKS.index(task), length, i])
+            prompt, answer = make_prompt(rng, task, length)
+            ids = encode(prompt)
+            logits = hf_logits(hf, ids)
+            pos = logit_positions(len(ids))
+            text = prompt.encode()
+            f.write(struct.pack("<iii", len(text), len(ids), len(pos)))
+            f.write(text)
+            f.write(np.asarray(ids, dtype="<i4").tobytes())
+            f.write(np.asarray(pos, dtype="<i4").tobytes())
+            f.write(np.ascontiguousarray(logits[pos], dtype="<f4").tobytes())
+            lines.append(f"{task} {len(ids)} tokens: max |logit| {np.abs(logits).max():.2f}, "
+                         f"answer {answer!r}, argmax at the end {decode([int(logits[-1].argmax())])!r}")
+    return lines
+
+
+def write_heldout_fixture(path: Path, counts: dict[int, int]) -> int:
+    """One prompt per line: task TAB n_tokens TAB answer TAB prompt (newlines written as \\n)."""
+    rows = []
+    for length, n_per in counts.items():
+        rows += heldout_prompts(n_per, (length,))
+    with open(path, "w") as f:
+        f.write("# Held-out retrieval prompts for models/retriever-*.gguf, written by tools/train-retriever.py "
+                "fixtures.\n# task\\tn_tokens (BOS included)\\tanswer\\tprompt (\"\\n\" = newline)\n")
+        for task, length, prompt, answer in rows:
+            assert "\t" not in prompt and "\\" not in prompt
+            f.write(f"{task}\t{len(encode(prompt))}\t{answer}\t{prompt.replace(chr(10), chr(92) + 'n')}\n")
+    return len(rows)
+
+
+def cmd_fixtures(args) -> int:
+    torch.set_num_threads(args.threads)
+    model, _ = load_checkpoint(args.checkpoint)
+    hf = hf_model_of(model)
+    FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
+    for line in write_logits_fixture(FIXTURE_DIR / "logits.ref", hf):
+        print(line)
+    counts = {512: args.n512, 1024: args.n1024, 2048: args.n2048}
+    n = write_heldout_fixture(FIXTURE_DIR / "heldout.txt", counts)
+    print(f"wrote {n} held-out prompts ({counts} per task) and logits of {len(LOGIT_PROMPTS)} prompts")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Held-out prompts and accuracy
+# ----------------------------------------------------------------------------------------------------
+
+EVAL_LENGTHS = (512, 1024, 2048)
+
+
+def heldout_prompts(n_per: int, lengths=EVAL_LENGTHS, tasks=TASKS, seed: int = HELDOUT_SEED):
+    """[(task, length, prompt, answer)]: prompt i of (task, length) comes from (seed, task, length, i)."""
+    out = []
+    for length in lengths:
+        for ti, task in enumerate(TASKS):
+            if task not in tasks:
+                continue
+            for i in range(n_per):
+                rng = np.random.default_rng([seed, ti, length, i])
+                prompt, answer = make_prompt(rng, task, length)
+                out.append((task, length, prompt, answer))
+    return out
+
+
+@torch.no_grad()
+def torch_exact(model: Retriever, prompt: str, answer: str) -> bool:
+    """Greedy decoding yields " <answer>\\n" iff every token of it is the argmax given the ones before."""
+    ids = encode(prompt)
+    target = encode(f" {answer}\n", bos=False)
+    logits = model(torch.tensor([ids + target[:-1]]))[0, len(ids) - 1:]
+    return bool((logits.argmax(-1) == torch.tensor(target)).all())
+
+
+def engine_answer(binary: Path, model_path: Path, prompt: str, n_predict: int, press: list[str],
+                  threads: int) -> str:
+    """Greedy completion from the engine's CLI, cut at the first newline."""
+    cmd = [str(binary), "run", "-m", str(model_path), "-p", prompt, "-n", str(n_predict), "-t", str(threads),
+           "--cache-type", "f32", *press]
+    res = subprocess.run(cmd, capture_output=True, check=True)
+    return res.stdout.decode("utf-8", errors="replace").split("\n")[0].strip()
+
+
+def cmd_eval(args) -> int:
+    torch.set_num_threads(args.threads)
+    prompts = heldout_prompts(args.n, args.lengths, args.tasks)
+    model = None
+    if args.engine is None:
+        model, _ = load_checkpoint(args.checkpoint)
+        model.eval()
+    hits: dict[tuple[str, int], list[int]] = {}
+    t0 = time.time()
+    for task, length, prompt, answer in prompts:
+        if model is not None:
+            ok = torch_exact(model, prompt, answer)
+        else:
+            n_predict = len(encode(answer, bos=False)) + 2
+            ok = engine_answer(args.engine, args.model, prompt, n_predict, args.press, args.threads) == answer
+        hits.setdefault((task, length), []).append(int(ok))
+    print(f"exact match, {args.n} held-out prompts per cell ({'engine ' + ' '.join(args.press) if model is None else 'pytorch'}; "
+          f"{time.time() - t0:.0f} s)")
+    print("| task | " + " | ".join(str(n) for n in args.lengths) + " |")
+    print("| --- |" + " --- |" * len(args.lengths))
+    for task in TASKS:
+        if task in args.tasks:
+            cells = [f"{100 * np.mean(hits[(task, n)]):.0f}%" for n in args.lengths]
+            print(f"| {task} | " + " | ".join(cells) + " |")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train (resumes from OUT/checkpoint.pt when present)")
+    t.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    t.add_argument("--steps", type=int, default=TrainConfig.steps)
+    t.add_argument("--tokens-per-step", type=int, default=TrainConfig.tokens_per_step)
+    t.add_argument("--lr", type=float, default=TrainConfig.lr)
+    t.add_argument("--seed", type=int, default=TRAIN_SEED)
+    t.add_argument("--lm-weight", type=float, default=TrainConfig.lm_weight)
+    t.add_argument("--threads", type=int, default=1, help="1: reproducible, and fastest on a busy machine")
+    t.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
+    for f in ("n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff"):
+        t.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(ModelConfig, f))
+    t.set_defaults(fn=cmd_train)
+    x = sub.add_parser("export", help="checkpoint -> GGUF (F32)")
+    x.add_argument("--checkpoint", type=Path, default=DEFAULT_OUT / "checkpoint.pt")
+    x.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    x.add_argument("--name", default="retriever-1m")
+    x.add_argument("--threads", type=int, default=2)
+    x.set_defaults(fn=cmd_export)
+    f = sub.add_parser("fixtures", help="tests/fixtures/retriever: held-out prompts, HF reference logits")
+    f.add_argument("--checkpoint", type=Path, default=DEFAULT_OUT / "checkpoint.pt")
+    f.add_argument("--n512", type=int, default=4, help="prompts per task at 512 tokens")
+    f.add_argument("--n1024", type=int, default=2)
+    f.add_argument("--n2048", type=int, default=1)
+    f.add_argument("--threads", type=int, default=2)
+    f.set_defaults(fn=cmd_fixtures)
+    e = sub.add_parser("eval", help="exact-match accuracy on held-out prompts (PyTorch, or --engine)")
+    e.add_argument("--checkpoint", type=Path, default=DEFAULT_OUT / "checkpoint.pt")
+    e.add_argument("--engine", type=Path, default=None, help="promptkv binary: measure with the engine")
+    e.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="GGUF for --engine")
+    e.add_argument("--n", type=int, default=20, help="prompts per task and length")
+    e.add_argument("--lengths", type=int, nargs="*", default=list(EVAL_LENGTHS))
+    e.add_argument("--tasks", nargs="*", default=list(TASKS))
+    e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--press", type=str.split, default=[],
+                   help='engine press flags as one string, e.g. --press="--press snapkv --budget 64"')
+    e.set_defaults(fn=cmd_eval)
+    args = ap.parse_args()
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
