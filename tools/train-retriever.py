@@ -793,8 +793,14 @@ def write_heldout_fixture(path: Path, counts: dict[int, int]) -> int:
 def cmd_fixtures(args) -> int:
     torch.set_num_threads(args.threads)
     model, _ = load_checkpoint(args.checkpoint)
-    # float64: the reference's own rounding (~4e-5 in float32 at 2K tokens) stays out of the engine's budget
+    # float64: the reference's own rounding (~4e-5 in float32 at 2K tokens) stays out of the engine's budget;
+    # RoPE frequencies in float64 too (HF rounds them to float32 first), as the engine computes its angles
     hf = hf_model_of(model).double()
+    rot = hf.model.rotary_emb
+    exact = 1.0 / (model.cfg.rope_theta ** (torch.arange(0, model.cfg.head_dim, 2, dtype=torch.float64) / model.cfg.head_dim))
+    rot.inv_freq = exact
+    if hasattr(rot, "original_inv_freq"):
+        rot.original_inv_freq = exact
     FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
     for line in write_logits_fixture(FIXTURE_DIR / "logits.ref", hf):
         print(line)
