@@ -1,9 +1,13 @@
 # promptkv — build, test, run.
-#   make            library + CLI (build/promptkv, build/libpromptkv.a)
+#   make            library + CLI (build/promptkv, build/libpromptkv.a) + build/bench-press (press timings)
 #   make run        build, install the default model, run the demo
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
 #   make model      install the default model (Gemma 3 270M Q4_K_M) into models/
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
+#   make bench      re-run the measurements of docs/performance.md and docs/compression.md
+#                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
+#   make fuzz-request  libFuzzer target for the server's request parsing (clang)
+#   make deps       Debian packages the server needs (tools/install-deps.sh; run by make)
 
 CC      ?= gcc
 BUILD   ?= build
@@ -17,9 +21,12 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unuse
 AVX2_FLAGS    = -mavx2 -mfma -mf16c
 AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c))
+LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c src/bench/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
+# the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
+SERVER_SRC  := $(sort $(wildcard src/server/*.c))
+SERVER_LIBS  = -lmicrohttpd -ljansson
 
 # ------------------------------------------------------------ build rules
 # $(call objs,DIR,SOURCES)
@@ -39,19 +46,40 @@ $(1)/%.o: %.c
 $(1)/libpromptkv.a: $(call objs,$(1),$(LIB_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
-$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv.a
-	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/libpromptkv_server.a: $(call objs,$(1),$(SERVER_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(call objs,$(1),$(SERVER_SRC)): | deps
+$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(SERVER_LIBS) $(3)
 $(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 endef
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
+.DEFAULT_GOAL := all
+
+# MPI=1: promptkv eval shards samples over MPI ranks (mpicc, -DPKV_MPI). Only
+# cli/cmd_eval.c uses MPI; a stamp rebuilds it (and relinks) when the setting changes.
+ifeq ($(MPI),1)
+CC := mpicc
+CFLAGS_COMMON += -DPKV_MPI
+endif
+MPI_STAMP := $(BUILD)/.mpi-$(if $(filter 1,$(MPI)),on,off)
+$(MPI_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mpi-* && touch $@
+$(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
+
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz clean demo
-all: $(BUILD)/libpromptkv.a $(BUILD)/promptkv
+.PHONY: all lib cli tests run test model fuzz fuzz-request deps clean demo bench
+all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
+deps:
+	@tools/install-deps.sh
 lib: $(BUILD)/libpromptkv.a
 cli: $(BUILD)/promptkv
 tests: $(BUILD)/test_runner $(BUILD)/san/test_runner
@@ -65,8 +93,15 @@ $(DEFAULT_MODEL):
 run: all $(DEFAULT_MODEL)
 	tools/demo.sh $(BUILD)/promptkv $(DEFAULT_MODEL)
 
+# the MPI build of the CLI (own tree) lets the eval smoke test check that
+# mpirun -np 2 writes the files one process writes
 test: all tests $(DEFAULT_MODEL)
+	@tools/install-deps.sh --test
+	$(MAKE) MPI=1 BUILD=$(BUILD)/mpi $(BUILD)/mpi/promptkv
 	BUILD=$(BUILD) tests/run-all.sh
+
+bench: all $(DEFAULT_MODEL)
+	tools/bench-docs.sh
 
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
@@ -74,6 +109,18 @@ fuzz: $(BUILD)/fuzz_gguf
 $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/gguf.h
 	@mkdir -p $(BUILD)
 	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c src/gguf.c src/error.c -o $@ -lm
+
+# the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
+# and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
+FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/,cpu.o quant_avx2.o quant_avx512.o)
+$(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
+$(BUILD)/fuzz/%: CC = clang
+$(FUZZ_GCC_OBJS): CC = gcc
+$(FUZZ_GCC_OBJS): FUZZ_LIB_FLAGS =
+fuzz-request: $(BUILD)/fuzz_request
+$(BUILD)/fuzz_request: fuzz/fuzz_request.c $(BUILD)/fuzz/libpromptkv_server.a $(BUILD)/fuzz/libpromptkv.a
+	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm $(SERVER_LIBS)
 
 clean:
 	rm -rf $(BUILD)

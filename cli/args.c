@@ -142,6 +142,24 @@ bool cli_simd(const char *cmd, const char *s, pkv_simd *out) {
     return true;
 }
 
+bool cli_cache_type(const char *cmd, const char *s, pkv_cache_type *out) {
+    if (!strcmp(s, "f16")) *out = PKV_CACHE_F16;
+    else if (!strcmp(s, "f32")) *out = PKV_CACHE_F32;
+    else {
+        cli_error(cmd, "--cache-type must be f16 or f32, got '%s'", s);
+        return false;
+    }
+    return true;
+}
+
+void cli_model_id(const char *path, char *out, size_t len) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(out, len, "%s", base);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = '\0';
+}
+
 pkv_model *cli_load_model(const char *cmd, const char *path, pkv_simd simd) {
     pkv_error err;
     pkv_load_opts lo = {.simd = simd};

@@ -41,11 +41,7 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(f, "--chunks")) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &max_chunks)) return EXIT_USAGE;
         } else if (!strcmp(f, "--cache-type")) {
-            if (!strcmp(v, "f32")) so.cache_type = PKV_CACHE_F32;
-            else if (strcmp(v, "f16")) {
-                cli_error(cmd, "--cache-type must be f16 or f32, got '%s'", v);
-                return EXIT_USAGE;
-            }
+            if (!cli_cache_type(cmd, v, &so.cache_type)) return EXIT_USAGE;
         } else {
             cli_error(cmd, "unknown option '%s' (see promptkv perplexity --help)", f);
             return EXIT_USAGE;

@@ -132,12 +132,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
             if (!cli_u64(cmd, f, v, &a->sampling.seed)) return -1;
         } else if (!strcmp(f, "--cache-type")) {
             VALUE();
-            if (!strcmp(v, "f16")) a->sopts.cache_type = PKV_CACHE_F16;
-            else if (!strcmp(v, "f32")) a->sopts.cache_type = PKV_CACHE_F32;
-            else {
-                cli_error(cmd, "--cache-type must be f16 or f32, got '%s'", v);
-                return -1;
-            }
+            if (!cli_cache_type(cmd, v, &a->sopts.cache_type)) return -1;
         } else if (!strcmp(f, "--simd")) {
             VALUE();
             if (!cli_simd(cmd, v, &a->simd)) return -1;

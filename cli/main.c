@@ -16,6 +16,11 @@ static const command COMMANDS[] = {
     {"info", cmd_info, "show a model's architecture, shapes, tensor types, tokenizer and memory needs"},
     {"tokenize", cmd_tokenize, "print the token ids (and pieces) of a text"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama-perplexity's method)"},
+    {"eval", cmd_eval, "offline long-context benchmarks of every press against the full cache"},
+    {"inspect", cmd_inspect, "which prompt tokens a press keeps, per layer and head (and as an HTML page)"},
+    {"bench", cmd_bench, "prefill and decode speed, decode latency vs prompt length, memory (like llama-bench)"},
+    {"synth", cmd_synth, "write a random-weight GGUF with the exact shape of a real model"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with per-request KV-cache compression"},
 };
 
 static void usage(FILE *out) {

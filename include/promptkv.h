@@ -158,7 +158,7 @@ typedef struct {
  * registry (press/registry.c) defines the names and their options. */
 typedef struct pkv_press_cfg pkv_press_cfg;
 
-/* A press by name ("none", "snapkv", "streamingllm", "h2o", "tova", "knorm",
+/* A press by name ("none", "snapkv", "protokv", "streamingllm", "h2o", "tova", "knorm",
  * "random", ...); NULL and an error for an unknown name. */
 pkv_press_cfg *pkv_press_cfg_new(const char *press, pkv_error *err);
 void pkv_press_cfg_free(pkv_press_cfg *cfg);
@@ -180,6 +180,37 @@ bool pkv_press_list(int i, const char **name, const char **summary);
 /* Options of a press (the common ones first); press may be NULL. */
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help);
 
+/* What ProtoKV decided for one KV head of one layer (promptkv inspect
+ * --clusters). Rows are the head's rows before the press, ascending position;
+ * the first n_prefix are scored, the rest is the observation window. Pointers
+ * live only during the callback. */
+typedef struct {
+    int layer, head;
+    int n_rows, n_prefix;
+    const int32_t *pos;           /* [n_rows] original positions */
+    const double *theta;          /* [n_prefix] outlier degree (standardised local deviation) */
+    const int32_t *sat_bucket;    /* [n_prefix] LSH bucket of a SAT candidate, -1 for the others */
+    const int32_t *cluster;       /* [n_prefix] cluster the row joined */
+    int n_clusters;               /* clusters [0, n_sat_clusters) grew from SAT prototypes, the rest from chunks */
+    int n_sat_clusters;
+    const int32_t *cluster_size;  /* [n_clusters] rows that joined */
+    const double *cluster_score;  /* [n_clusters] psi */
+    const int8_t *cluster_kept;   /* [n_clusters] 2 kept whole, 1 partly (overflow fill), 0 evicted */
+    const bool *row_kept;         /* [n_rows] */
+    /* Do the SAT candidates cluster? Mean cosine among them and between them
+     * and the other prefix rows; the same for an equally large seeded random
+     * subset (the control). Gamma = intra / inter. */
+    double sat_intra, sat_inter, rand_intra, rand_inter;
+} pkv_cluster_view;
+
+typedef void (*pkv_cluster_view_fn)(void *user, const pkv_cluster_view *view);
+
+/* Calls fn with the press's clusters of KV head `head` of layer `layer` (-1:
+ * every full layer / every head) each time it runs; only for presses that
+ * form clusters (protokv), an error otherwise. fn = NULL stops watching. */
+int pkv_press_cfg_watch_clusters(pkv_press_cfg *cfg, int layer, int head, pkv_cluster_view_fn fn, void *user,
+                                 pkv_error *err);
+
 /* ---------------------------------------------------------------- session */
 
 typedef struct pkv_session pkv_session;
@@ -194,7 +225,13 @@ typedef struct {
     int n_ctx;                /* <= 0: the model's training context */
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
     pkv_cache_type cache_type;
-    uint64_t mem_cap_bytes;   /* 0: no cap on KV cache + activations */
+    uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
+    /* One prefill, many presses (evaluation.md §5): keep, for every
+     * full-attention layer, the queries of the last keep_press_window tokens of
+     * each prefill (and per-row attention sums for h2o), so pkv_session_copy
+     * can compress a copy of the cache with any press afterwards. */
+    int keep_press_window;
+    bool keep_attn_sums;
 } pkv_session_opts;
 
 void pkv_session_opts_default(pkv_session_opts *opts);
@@ -222,6 +259,15 @@ typedef struct {
 int pkv_prefill(pkv_session *session, const int32_t *tokens, int n_tokens,
                 const pkv_press_cfg *press, pkv_prefill_stats *stats, pkv_error *err);
 
+/* Copies src's state (cache, logical position, logits) into dst, a session of
+ * the same model whose own state is discarded, and, if press is not NULL or
+ * "none", compresses dst's full-attention layers exactly as if the press had
+ * run at the end of src's last prefill. src's last call must have been a
+ * pkv_prefill without a press, in a session with keep_press_window >= the
+ * press's window (and keep_attn_sums for h2o). */
+int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press,
+                     pkv_prefill_stats *stats, pkv_error *err);
+
 /* One token through the model; logits of it are then at pkv_logits(). */
 int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
 
@@ -239,6 +285,12 @@ int pkv_session_n_pos(const pkv_session *session);
 
 /* Bytes of KV cache currently held (keys, values and positions). */
 uint64_t pkv_session_cache_bytes(const pkv_session *session);
+
+/* Bytes the session has allocated: KV cache capacity plus activations and
+ * scratch; what mem_cap_bytes limits. */
+uint64_t pkv_session_mem_bytes(const pkv_session *session);
+/* The most pkv_session_mem_bytes has been during prefills (at layer ends). */
+uint64_t pkv_session_peak_mem_bytes(const pkv_session *session);
 
 /* What the cache holds: layers, heads per layer (KV heads, or query heads
  * after a per-query-head press), rows of a head and their original positions

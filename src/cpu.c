@@ -90,6 +90,12 @@ static const pkv_kernels scalar_kernels = {
     .axpy_f16 = pkv_axpy_f16_scalar,
     .f32_to_f16 = pkv_f32_to_f16_scalar,
     .f16_to_f32 = pkv_f16_to_f32_scalar,
+    .exp_f32 = pkv_exp_f32_scalar,
+    .gelu_tanh_mul = pkv_gelu_tanh_mul_scalar,
+    .silu_mul = pkv_silu_mul_scalar,
+    .att_stage = pkv_att_stage_scalar,
+    .att_scores = pkv_att_scores_scalar,
+    .att_accum = pkv_att_accum_scalar,
 };
 
 #define AVX2_DEQUANT                                                                                \
@@ -122,9 +128,27 @@ static const pkv_kernels avx2_kernels = {
     .axpy_f16 = pkv_axpy_f16_avx2,
     .f32_to_f16 = pkv_f32_to_f16_avx2,
     .f16_to_f32 = pkv_f16_to_f32_avx2,
+    .exp_f32 = pkv_exp_f32_avx2,
+    .gelu_tanh_mul = pkv_gelu_tanh_mul_avx2,
+    .silu_mul = pkv_silu_mul_avx2,
+    .att_stage = pkv_att_stage_avx2,
+    .att_scores = pkv_att_scores_avx2,
+    .att_accum = pkv_att_accum_avx2,
+    .gemm =
+        {
+            [PKV_TYPE_F32] = pkv_gemm_f32_avx2,
+            [PKV_TYPE_F16] = pkv_gemm_f16_avx2,
+            [PKV_TYPE_Q4_0] = pkv_gemm_q4_0_avx2,
+            [PKV_TYPE_Q5_0] = pkv_gemm_q5_0_avx2,
+            [PKV_TYPE_Q8_0] = pkv_gemm_q8_0_avx2,
+            [PKV_TYPE_Q4_K] = pkv_gemm_q4_K_avx2,
+            [PKV_TYPE_Q5_K] = pkv_gemm_q5_K_avx2,
+            [PKV_TYPE_Q6_K] = pkv_gemm_q6_K_avx2,
+        },
 };
 
-/* Only the quantised dot products have AVX-512 versions (see quant_avx512.c). */
+/* AVX-512 versions of the quantised dot products, batched matmul and
+ * attention blocks; the rest is AVX2 (see quant_avx512.c). */
 static const pkv_kernels avx512_kernels = {
     .level = PKV_SIMD_AVX512,
     .dequant = {AVX2_DEQUANT},
@@ -149,6 +173,23 @@ static const pkv_kernels avx512_kernels = {
     .axpy_f16 = pkv_axpy_f16_avx2,
     .f32_to_f16 = pkv_f32_to_f16_avx2,
     .f16_to_f32 = pkv_f16_to_f32_avx2,
+    .exp_f32 = pkv_exp_f32_avx2,
+    .gelu_tanh_mul = pkv_gelu_tanh_mul_avx2,
+    .silu_mul = pkv_silu_mul_avx2,
+    .att_stage = pkv_att_stage_avx2,
+    .att_scores = pkv_att_scores_avx512,
+    .att_accum = pkv_att_accum_avx512,
+    .gemm =
+        {
+            [PKV_TYPE_F32] = pkv_gemm_f32_avx512,
+            [PKV_TYPE_F16] = pkv_gemm_f16_avx512,
+            [PKV_TYPE_Q4_0] = pkv_gemm_q4_0_avx512,
+            [PKV_TYPE_Q5_0] = pkv_gemm_q5_0_avx512,
+            [PKV_TYPE_Q8_0] = pkv_gemm_q8_0_avx512,
+            [PKV_TYPE_Q4_K] = pkv_gemm_q4_K_avx512,
+            [PKV_TYPE_Q5_K] = pkv_gemm_q5_K_avx512,
+            [PKV_TYPE_Q6_K] = pkv_gemm_q6_K_avx512,
+        },
 };
 
 const pkv_kernels *pkv_kernels_get(pkv_simd level) {

@@ -2,8 +2,58 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "error.h"
+
+/*
+ * Each head's rows live in one page mapping of their own, not in the malloc
+ * heap. A press shrinks each full-attention layer's rows right after that
+ * layer's prefill, and the next layer grows its own. In glibc's heap the
+ * freed pages would stay resident (after the first large free its mmap
+ * threshold rises to 32 MB, so blocks of a few MB come from the heap, and
+ * free chunks in its middle are not returned), and the peak RSS of a long
+ * compressed prefill would grow with every layer as if nothing had been
+ * pressed (docs/compression.md, "The longest prompt that fits a memory cap").
+ * mremap grows a block without copying it and shrinks it by returning its
+ * tail pages at once. Under AddressSanitizer the heap is used, so overruns of
+ * the cache are still caught there.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+enum { ROWS_IN_HEAP = 1 };
+#else
+enum { ROWS_IN_HEAP = 0 };
+#endif
+
+static size_t page_round(size_t bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (bytes == 0) bytes = 1;
+    return (bytes + page - 1) / page * page;
+}
+
+/* Resizes block p of old_bytes (NULL: none yet) to at least new_bytes; the
+ * new size goes to *got. NULL on failure, p untouched. */
+static void *block_resize(void *p, size_t old_bytes, size_t new_bytes, size_t *got) {
+    if (ROWS_IN_HEAP) {
+        *got = new_bytes ? new_bytes : 1;
+        return realloc(p, *got);
+    }
+    *got = page_round(new_bytes);
+    if (!p) {
+        void *q = mmap(NULL, *got, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return q == MAP_FAILED ? NULL : q;
+    }
+    if (*got == old_bytes) return p;
+    void *q = mremap(p, old_bytes, *got, MREMAP_MAYMOVE);
+    return q == MAP_FAILED ? NULL : q;
+}
+
+static void block_free(void *p, size_t bytes) {
+    if (!p) return;
+    if (ROWS_IN_HEAP) free(p);
+    else munmap(p, bytes);
+}
 
 int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv_heads, int head_dim_k,
                      int head_dim_v, const int *sliding_window_per_layer, pkv_error *err) {
@@ -29,9 +79,7 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
 }
 
 static void free_head(pkv_kv_head *h) {
-    free(h->k);
-    free(h->v);
-    free(h->pos);
+    block_free(h->k, h->bytes);
     memset(h, 0, sizeof *h);
 }
 
@@ -56,22 +104,69 @@ void pkv_kvcache_clear(pkv_kvcache *c) {
     }
 }
 
-/* Resizes a head's arrays to exactly cap rows (cap >= n_rows). */
+/* Resizes a head's block to exactly cap rows (cap >= n_rows). The block's
+ * layout depends on cap, so the n_rows live rows of V and the positions move:
+ * down before a shrink, up after a growth. A failed shrink keeps the larger
+ * block (with the new layout); a failed growth changes nothing. */
 static int resize_head(const pkv_kvcache *c, const pkv_kv_layer *L, pkv_kv_head *h, int cap, pkv_error *err) {
-    size_t kb = (size_t)cap * L->head_dim_k * c->elem_bytes, vb = (size_t)cap * L->head_dim_v * c->elem_bytes;
-    /* h->cap must never exceed what every array holds: when shrinking it drops
-     * with the first array, when growing it rises only once all three grew */
-    void *k = realloc(h->k, kb ? kb : 1);
-    if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-    h->k = k;
-    if (cap < h->cap) h->cap = cap;
-    void *v = realloc(h->v, vb ? vb : 1);
-    if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-    h->v = v;
-    int32_t *p = realloc(h->pos, (size_t)(cap ? cap : 1) * sizeof *p);
-    if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
-    h->pos = p;
+    const size_t kr = (size_t)L->head_dim_k * c->elem_bytes, vr = (size_t)L->head_dim_v * c->elem_bytes;
+    const size_t live_v = (size_t)h->n_rows * vr, live_pos = (size_t)h->n_rows * sizeof(int32_t);
+    const size_t v_old = (size_t)h->cap * kr, pos_old = v_old + (size_t)h->cap * vr;
+    const size_t v_new = (size_t)cap * kr, pos_new = v_new + (size_t)cap * vr;
+    const size_t need = pos_new + (size_t)cap * sizeof(int32_t);
+    char *base = h->k;
+    if (base && cap < h->cap) {
+        memmove(base + v_new, base + v_old, live_v);
+        memmove(base + pos_new, base + pos_old, live_pos);
+        h->cap = cap;
+        h->v = base + v_new;
+        h->pos = (int32_t *)(base + pos_new);
+    }
+    size_t got;
+    char *nb = block_resize(base, h->bytes, need, &got);
+    if (!nb) {
+        if (base && cap <= h->cap) return 0; /* the shrink's layout is in place; the pages stay */
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory growing the KV cache to %d rows", cap);
+    }
+    if (cap > h->cap && nb) {
+        memmove(nb + pos_new, nb + pos_old, live_pos); /* positions first: V's new room may overlap them */
+        memmove(nb + v_new, nb + v_old, live_v);
+    }
+    h->k = nb;
+    h->bytes = got;
     h->cap = cap;
+    h->v = nb + v_new;
+    h->pos = (int32_t *)(nb + pos_new);
+    return 0;
+}
+
+int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err) {
+    if (dst->n_layers != src->n_layers || dst->type != src->type)
+        return pkv_fail(err, PKV_ERR_ARG, "KV caches of different shapes (%d/%d layers, types %d/%d) cannot be copied",
+                        dst->n_layers, src->n_layers, (int)dst->type, (int)src->type);
+    pkv_kvcache_clear(dst);
+    for (int l = 0; l < src->n_layers; l++) {
+        const pkv_kv_layer *S = &src->layers[l];
+        pkv_kv_layer *D = &dst->layers[l];
+        if (S->n_heads != D->n_heads) {
+            /* the source was split into query heads: give dst as many head slots */
+            pkv_kv_head *heads = calloc((size_t)S->n_heads, sizeof *heads);
+            if (!heads) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory copying the KV cache");
+            free(D->heads);
+            D->heads = heads;
+            D->n_heads = S->n_heads;
+        }
+        size_t kb = (size_t)S->head_dim_k * src->elem_bytes, vb = (size_t)S->head_dim_v * src->elem_bytes;
+        for (int h = 0; h < S->n_heads; h++) {
+            const pkv_kv_head *sh = &S->heads[h];
+            pkv_kv_head *dh = &D->heads[h];
+            if (resize_head(dst, D, dh, sh->n_rows + 16, err)) return -1;
+            memcpy(dh->k, sh->k, (size_t)sh->n_rows * kb);
+            memcpy(dh->v, sh->v, (size_t)sh->n_rows * vb);
+            memcpy(dh->pos, sh->pos, (size_t)sh->n_rows * sizeof *sh->pos);
+            dh->n_rows = sh->n_rows;
+        }
+    }
     return 0;
 }
 
@@ -212,6 +307,14 @@ int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer) {
     int64_t n = 0;
     for (int h = 0; h < c->layers[layer].n_heads; h++) n += c->layers[layer].heads[h].n_rows;
     return n;
+}
+
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c) {
+    uint64_t total = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int h = 0; h < c->layers[l].n_heads; h++)
+            total += (uint64_t)c->layers[l].heads[h].cap * pkv_kvcache_row_bytes(c, l);
+    return total;
 }
 
 uint64_t pkv_kvcache_bytes(const pkv_kvcache *c) {

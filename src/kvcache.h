@@ -17,12 +17,15 @@
 #include "promptkv.h"
 #include "quant.h"
 
+/* One block per head (kvcache.c): cap rows of K, then cap rows of V, then
+ * cap positions; k points at the block, v and pos into it. */
 typedef struct {
     int n_rows;
     int cap;        /* rows allocated */
     void *k;        /* cap rows of head_dim elements (f16 or f32) */
     void *v;
     int32_t *pos;   /* original position of each row */
+    size_t bytes;   /* size of the block at k (at least what cap needs) */
 } pkv_kv_head;
 
 typedef struct {
@@ -46,6 +49,9 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
                      pkv_error *err);
 void pkv_kvcache_free(pkv_kvcache *c);
 void pkv_kvcache_clear(pkv_kvcache *c);
+
+/* dst becomes a deep copy of src (same model); dst's rows are freed first. */
+int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
 
 /* Make room for n more rows in every head of the layer. */
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
@@ -79,6 +85,9 @@ void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer
                         float *dst);
 void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
                         float *dst);
+
+/* Bytes allocated (capacity, not only used rows): what the cache costs in memory. */
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c);
 
 /* Bytes held: every row's key, value and position, all layers and heads. */
 uint64_t pkv_kvcache_bytes(const pkv_kvcache *c);

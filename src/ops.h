@@ -33,6 +33,13 @@ size_t pkv_matmul_scratch_bytes(int64_t k, int n_tok, int n_threads);
 void pkv_matmul(const pkv_compute *c, const pkv_tensor *w, const float *x, int n_tok, float *y,
                 void *scratch);
 
+/* Several matmuls of one input (Q, K and V; gate and up) as one job per
+ * activation format: the input is converted once and the threads meet once.
+ * Every w[i]->ne[0] must be equal; at most PKV_MATMUL_MAX weights. */
+#define PKV_MATMUL_MAX 4
+void pkv_matmul_n(const pkv_compute *c, int n_w, const pkv_tensor *const *w, const float *x, int n_tok,
+                  float *const *y, void *scratch);
+
 /* Gathers row `row` of an embedding matrix (any computable type) as floats. */
 void pkv_get_row(const pkv_compute *c, const pkv_tensor *w, int64_t row, float *out);
 
@@ -48,9 +55,9 @@ void pkv_add_bias(float *x, const float *bias, int n, int n_rows);
 /* y += x */
 void pkv_add(float *y, const float *x, int64_t n);
 
-/* GeGLU / SwiGLU: gate[i] = act(gate[i]) * up[i] */
-void pkv_gelu_tanh_mul(float *gate, const float *up, int64_t n);
-void pkv_silu_mul(float *gate, const float *up, int64_t n);
+/* GeGLU / SwiGLU: gate[i] = act(gate[i]) * up[i] (formulas: quant.h) */
+void pkv_gelu_tanh_mul(const pkv_compute *c, float *gate, const float *up, int64_t n);
+void pkv_silu_mul(const pkv_compute *c, float *gate, const float *up, int64_t n);
 
 /* ---------------------------------------------------------------- RoPE */
 

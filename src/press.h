@@ -24,9 +24,24 @@
 
 /* What a press sees of one layer. Rows of a head are in ascending position
  * order; the window is the newest `window` rows of every head. */
+/* A watcher of the clusters a grouping press (ProtoKV) forms: the press calls
+ * fn with its decisions for KV head `head` of layer `layer` (-1: every layer,
+ * every head). Set through pkv_press_cfg_watch_clusters; inspection only. */
+typedef struct {
+    int layer;
+    int head;
+    pkv_cluster_view_fn fn;
+    void *user;
+} pkv_press_watch;
+
 typedef struct {
     int layer;
     int n_layers;
+    /* Rank of this layer among the layers a press runs on (full-attention
+     * layers) and their number: the PyramidKV schedule runs over these. When
+     * n_press_layers is 0, layer and n_layers are used. */
+    int press_layer;
+    int n_press_layers;
     int n_head;        /* query heads */
     int n_head_kv;     /* KV heads; query head h reads KV head h / (n_head / n_head_kv) */
     int head_dim_k;
@@ -50,6 +65,7 @@ typedef struct {
     const pkv_compute *comp;  /* kernels and threads the press may use */
     pkv_arena *arena;         /* scratch for this layer; reset by the framework */
     uint64_t seed;            /* per-press seed mixed with layer and head */
+    const pkv_press_watch *watch; /* NULL unless a caller watches clusters (set by pkv_press_run) */
 } pkv_press_input;
 
 typedef struct pkv_press_ops pkv_press_ops;
@@ -64,6 +80,7 @@ typedef struct {
     bool **forced;     /* [n_sel] -> rows that must be kept (window, protected spans) */
     int32_t **keep;    /* [n_sel] -> kept row indices, ascending (output) */
     int *n_keep;       /* [n_sel] (output) */
+    void *state;       /* what a press's score() leaves for its select() (arena memory) */
 } pkv_press_selection;
 
 /* Options of a press: parsed from "key=value" strings so the CLI, the
@@ -86,6 +103,8 @@ struct pkv_press_ops {
     /* What the framework must provide. */
     bool needs_values;
     bool needs_attn_sum;
+    /* The press groups rows into clusters and reports them to a watcher. */
+    bool reports_clusters;
     /* Rows the press keeps unconditionally at the end of each head (the
      * observation window), given the configured window. */
     int (*forced_window)(const void *params, int window);
@@ -128,6 +147,7 @@ struct pkv_press_cfg {
     uint64_t seed;
     pkv_span *protect;
     int n_protect;
+    pkv_press_watch watch;    /* fn == NULL: nobody watches */
 };
 
 /* ---------------------------------------------------------------- framework */
@@ -136,9 +156,16 @@ struct pkv_press_cfg {
  * rows to keep per selection head. */
 int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
-/* Rows to keep for a head of n_rows rows at this layer (budget or ratio, then
- * the layer schedule); >= n_rows means keep everything. */
+/* Rows to keep for a head of n_rows rows (window included) at press layer
+ * `layer` of `n_layers` (budget or ratio, then the layer schedule, algorithms.md
+ * A.13); >= n_rows means keep everything. press/budget.c. */
 int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows);
+
+/* AdaKV (A.13): shares the layer's free slots (budget minus forced rows, summed
+ * over the selection heads) among the heads by their scores of the rows not
+ * forced, with a guaranteed floor of alpha; rewrites sel->budget. Needs
+ * sel->scores, sel->forced and sel->budget. press/budget.c. */
+int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
 /* The shared top-k: for each selection head, keep the forced rows and the
  * best-scored others (score descending, ties to the lower position) up to the
@@ -158,7 +185,5 @@ static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_sel
  * before restricting to the prefix (A.4 S1-S4). scratch holds n_rows floats. */
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out);
 
-/* splitmix64 stream for seeded presses */
-uint64_t pkv_press_rng_next(uint64_t *state);
 
 #endif

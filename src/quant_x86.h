@@ -15,6 +15,55 @@ static inline __m256i q5k_fifth(__m256i qh, int bit) {
     return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
 }
 
+/* r[i][j] <- r[j][i] for an 8x8 block of floats. */
+static inline void transpose8x8_ps(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* On the last K chunk, asks for the output lines of group g while the
+ * group computes: y is usually several MB and its lines are not cached. */
+static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
+    if (!a->y) return;
+    const int t0 = g * PKV_GEMM_TOK, t1 = t0 + PKV_GEMM_TOK < a->y_tokens ? t0 + PKV_GEMM_TOK : a->y_tokens;
+    for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
+}
+
+/* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,
+ * one vector per row (t[r] = row r of tokens tok0..tok0+7), to acc or, on
+ * the last chunk, transposed into y. */
+static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int h, __m256 v[8]) {
+    if (!a->y) {
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(acc_g + PKV_GEMM_TOK * r + 8 * h, v[r]);
+        return;
+    }
+    transpose8x8_ps(v);
+    const int nt = a->y_tokens - tok0 < 8 ? a->y_tokens - tok0 : 8;
+    if (a->n_rows == 8) {
+        for (int i = 0; i < nt; i++) _mm256_storeu_ps(a->y + (int64_t)(tok0 + i) * a->ldy, v[i]);
+        return;
+    }
+    for (int i = 0; i < nt; i++) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, v[i]);
+        memcpy(a->y + (int64_t)(tok0 + i) * a->ldy, tmp, (size_t)a->n_rows * sizeof(float));
+    }
+}
+
 #endif
 
 #include <immintrin.h>
@@ -181,6 +230,55 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
 static inline __m256i q5k_fifth(__m256i qh, int bit) {
     const __m256i shifted = bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4);
     return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
+}
+
+/* r[i][j] <- r[j][i] for an 8x8 block of floats. */
+static inline void transpose8x8_ps(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* On the last K chunk, asks for the output lines of group g while the
+ * group computes: y is usually several MB and its lines are not cached. */
+static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
+    if (!a->y) return;
+    const int t0 = g * PKV_GEMM_TOK, t1 = t0 + PKV_GEMM_TOK < a->y_tokens ? t0 + PKV_GEMM_TOK : a->y_tokens;
+    for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
+}
+
+/* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,
+ * one vector per row (t[r] = row r of tokens tok0..tok0+7), to acc or, on
+ * the last chunk, transposed into y. */
+static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int h, __m256 v[8]) {
+    if (!a->y) {
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(acc_g + PKV_GEMM_TOK * r + 8 * h, v[r]);
+        return;
+    }
+    transpose8x8_ps(v);
+    const int nt = a->y_tokens - tok0 < 8 ? a->y_tokens - tok0 : 8;
+    if (a->n_rows == 8) {
+        for (int i = 0; i < nt; i++) _mm256_storeu_ps(a->y + (int64_t)(tok0 + i) * a->ldy, v[i]);
+        return;
+    }
+    for (int i = 0; i < nt; i++) {
+        float tmp[8];
+        _mm256_storeu_ps(tmp, v[i]);
+        memcpy(a->y + (int64_t)(tok0 + i) * a->ldy, tmp, (size_t)a->n_rows * sizeof(float));
+    }
 }
 
 #endif

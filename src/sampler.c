@@ -8,11 +8,12 @@
 #include <string.h>
 
 #include "promptkv.h"
+#include "prng.h"
 
 struct pkv_sampler {
     pkv_sampler_params p;
     int n_vocab;
-    uint64_t rng[4];
+    pkv_rng rng;
     int32_t *idx;
     float *prob;
 };
@@ -24,37 +25,13 @@ void pkv_sampler_params_default(pkv_sampler_params *p) {
     p->seed = 42;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t s[4]) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* uniform in [0, 1) with 53 random bits */
-static double uniform(uint64_t s[4]) { return (xoshiro_next(s) >> 11) * (1.0 / 9007199254740992.0); }
-
 pkv_sampler *pkv_sampler_new(const pkv_sampler_params *params, int n_vocab) {
     pkv_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     if (params) s->p = *params;
     else pkv_sampler_params_default(&s->p);
     s->n_vocab = n_vocab;
-    uint64_t seed = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    pkv_rng_seed(&s->rng, s->p.seed);
     s->idx = malloc((size_t)n_vocab * sizeof *s->idx);
     s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
     if (!s->idx || !s->prob) {
@@ -131,7 +108,7 @@ int32_t pkv_sample(pkv_sampler *s, const float *logits) {
         s->prob[i] = expf((logits[s->idx[i]] - mx) / s->p.temperature);
         tsum += s->prob[i];
     }
-    double r = uniform(s->rng) * tsum, acc = 0.0;
+    double r = pkv_rng_uniform(&s->rng) * tsum, acc = 0.0;
     for (int i = 0; i < k; i++) {
         acc += s->prob[i];
         if (r < acc) return s->idx[i];

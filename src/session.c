@@ -30,6 +30,10 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
         pkv_fail(err, PKV_ERR_ARG, "context length must be > 0");
         return NULL;
     }
+    if (opts.keep_press_window < 0) {
+        pkv_fail(err, PKV_ERR_ARG, "keep_press_window must be >= 0, got %d", opts.keep_press_window);
+        return NULL;
+    }
     if (opts.cache_type != PKV_CACHE_F16 && opts.cache_type != PKV_CACHE_F32) {
         pkv_fail(err, PKV_ERR_ARG, "unknown cache type %d", (int)opts.cache_type);
         return NULL;
@@ -46,7 +50,8 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
     s->work.inv_freq_global = calloc((size_t)hp->rope_global.n_rot / 2 + 1, sizeof(float));
     s->work.inv_freq_local = calloc((size_t)hp->rope_local.n_rot / 2 + 1, sizeof(float));
     int *windows = calloc((size_t)hp->n_layer, sizeof(int));
-    if (!s->pool || !s->logits || !s->work.inv_freq_global || !s->work.inv_freq_local || !windows) {
+    s->probes = calloc((size_t)hp->n_layer, sizeof *s->probes);
+    if (!s->pool || !s->logits || !s->work.inv_freq_global || !s->work.inv_freq_local || !windows || !s->probes) {
         free(windows);
         pkv_session_free(s);
         pkv_fail(err, PKV_ERR_NOMEM, "out of memory creating a session");
@@ -86,9 +91,17 @@ void pkv_session_free(pkv_session *s) {
     free(w->inv_freq_global);
     free(w->inv_freq_local);
     free(w->attn_scratch);
-    free(w->q_window);
-    free(w->q_window_pos);
-    free(w->acc_heads);
+    if (s->probes) {
+        for (int il = 0; il < s->model->hp.n_layer; il++) {
+            pkv_layer_probe *p = &s->probes[il];
+            free(p->q);
+            free(p->q_pos);
+            if (p->acc)
+                for (int h = 0; h < s->model->hp.n_head; h++) free(p->acc[h]);
+            free(p->acc);
+        }
+        free(s->probes);
+    }
     pkv_arena_free(&s->arena);
     free(s->logits);
     free(s);
@@ -97,10 +110,12 @@ void pkv_session_free(pkv_session *s) {
 void pkv_session_reset(pkv_session *s) {
     pkv_kvcache_clear(&s->cache);
     s->n_pos = 0;
-    s->interrupted = 0;
+    s->probes_ok = false;
+    s->broken = false;
+    atomic_store(&s->interrupted, 0);
 }
 
-void pkv_session_interrupt(pkv_session *s) { s->interrupted = 1; }
+void pkv_session_interrupt(pkv_session *s) { atomic_store(&s->interrupted, 1); }
 
 const pkv_model *pkv_session_model(const pkv_session *s) { return s->model; }
 
@@ -115,10 +130,24 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
     if (n <= 0) return pkv_fail(err, PKV_ERR_ARG, "no tokens to process");
     if ((int64_t)s->n_pos + n > s->opts.n_ctx)
         return pkv_fail(err, PKV_ERR_LIMIT,
-                        "%d tokens at position %d exceed the context length %d (set a larger context with -c, "
-                        "up to the model's %d)",
+                        "%d tokens at position %d exceed the context length %d (set a larger one with -c; the "
+                        "model was trained with %d)",
                         n, s->n_pos, s->opts.n_ctx, s->model->hp.n_ctx_train);
     return 0;
+}
+
+/* Cache bytes now, and what the full cache would hold after n_pos tokens (in
+ * the session's cache type, positions included). */
+static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats *stats) {
+    stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
+    uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
+    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, s->cache.elem_bytes);
+    for (int il = 0; il < s->model->hp.n_layer; il++) {
+        int rows = n_pos;
+        if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window) rows = s->model->hp.sliding_window;
+        full += per_row_overhead * (uint64_t)rows;
+    }
+    stats->cache_bytes_full = full;
 }
 
 /* A press compresses the first prefill of a session, and every later one in
@@ -137,24 +166,57 @@ int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     double t0 = now_seconds();
     int pos0 = s->n_pos;
     pkv_forward_stats fs;
-    if (pkv_forward(s, tokens, n, press_applies(s, press) ? press : NULL, NULL, NULL, &fs, err)) return -1;
+    pkv_probe_cfg keep = {.window = s->opts.keep_press_window, .attn_sums = s->opts.keep_attn_sums};
+    if (pkv_forward(s, tokens, n, press_applies(s, press) ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->n_prompt = n;
         stats->prefill_seconds = now_seconds() - t0;
         stats->press_seconds = fs.press_seconds;
         stats->compressed = fs.compressed;
-        stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
-        /* what the full cache would hold (f16 or f32 as configured, positions included) */
-        uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
-        uint64_t full = pkv_model_kv_bytes_full(s->model, pos0 + n, s->cache.elem_bytes);
-        for (int il = 0; il < s->model->hp.n_layer; il++) {
-            int rows = pos0 + n;
-            if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window)
-                rows = s->model->hp.sliding_window;
-            full += per_row_overhead * (uint64_t)rows;
+        fill_cache_stats(s, pos0 + n, stats);
+    }
+    return 0;
+}
+
+int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press, pkv_prefill_stats *stats,
+                     pkv_error *err) {
+    pkv_error_clear(err);
+    if (dst == src) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs two different sessions");
+    if (dst->model != src->model) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs sessions of the same model");
+    if (press && press->ops) {
+        if (pkv_press_cfg_check(press, err)) return -1;
+        if (!src->probes_ok)
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "the source session's last call was not a prefill without a press that kept its window "
+                            "queries (set keep_press_window)");
+        if (press->ops->needs_attn_sum && !src->opts.keep_attn_sums)
+            return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_attn_sums in the source session", press->ops->name);
+    }
+    if (src->broken) return pkv_fail(err, PKV_ERR_ARG, "the source session stopped midway in its last call");
+    double t0 = now_seconds();
+    dst->broken = true;
+    if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
+    dst->n_pos = src->n_pos;
+    memcpy(dst->logits, src->logits, (size_t)src->model->hp.n_vocab * sizeof(float));
+    dst->probes_ok = false;
+    pkv_forward_stats fs = {0};
+    if (press && press->ops) {
+        for (int il = 0; il < src->model->hp.n_layer; il++) {
+            if (!pkv_layer_is_full(src->model, il)) continue;
+            if (src->probes[il].window < press->window && src->probes[il].window < src->probes[il].n_new)
+                return pkv_fail(err, PKV_ERR_ARG, "the source kept %d window queries; press window %d needs more",
+                                src->probes[il].window, press->window);
+            if (pkv_press_layer(dst, &src->probes[il], press, il, &fs, err)) return -1;
         }
-        stats->cache_bytes_full = full;
+    }
+    dst->broken = false;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->prefill_seconds = now_seconds() - t0;
+        stats->press_seconds = fs.press_seconds;
+        stats->compressed = fs.compressed;
+        fill_cache_stats(dst, dst->n_pos, stats);
     }
     return 0;
 }
@@ -184,7 +246,8 @@ int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *ou
 int pkv_decode(pkv_session *s, int32_t token, pkv_error *err) {
     pkv_error_clear(err);
     if (check_context(s, 1, err)) return -1;
-    return pkv_forward(s, &token, 1, NULL, NULL, NULL, NULL, err);
+    s->probes_ok = false;
+    return pkv_forward(s, &token, 1, NULL, NULL, NULL, NULL, NULL, err);
 }
 
 typedef struct {
@@ -202,7 +265,7 @@ int pkv_eval(pkv_session *s, const int32_t *tokens, int n, pkv_logits_fn fn, voi
     if (!fn) return pkv_fail(err, PKV_ERR_ARG, "pkv_eval needs a logits callback");
     if (check_context(s, n, err)) return -1;
     eval_ctx e = {fn, user};
-    return pkv_forward(s, tokens, n, NULL, eval_row, &e, NULL, err);
+    return pkv_forward(s, tokens, n, NULL, NULL, eval_row, &e, NULL, err);
 }
 
 /* ---------------------------------------------------------------- tokenizer wrappers */

@@ -2,7 +2,7 @@
 #ifndef PKV_SESSION_H
 #define PKV_SESSION_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "arena.h"
 #include "kvcache.h"
@@ -29,11 +29,20 @@ typedef struct {
     float *attn_scratch; /* per-thread softmax rows */
     size_t attn_scratch_cap;
 
-    /* press state of a compressing call */
-    float *q_window;     /* [n_head, window, head_dim_k] */
-    int32_t *q_window_pos;
-    float **acc_heads;   /* [n_head] pointers into the arena (H2O) */
 } pkv_work;
+
+/* What a prefill keeps of each full-attention layer so that a press can run on
+ * it: at the end of the layer in the same call, or later on a copy of the
+ * session (pkv_session_copy: one prefill, many presses). */
+typedef struct {
+    int window;         /* queries kept: those of the call's last `window` tokens */
+    float *q;           /* [n_head][window][head_dim_k] post-RoPE */
+    int32_t *q_pos;     /* [window] */
+    float **acc;        /* [n_head] -> attention summed over the call's queries, per row; NULL if not kept */
+    int64_t acc_rows;   /* rows each acc array covers (the layer's rows at the end of the call) */
+    int n_new;          /* tokens of the call */
+    int32_t first_pos;  /* position of the call's first token */
+} pkv_layer_probe;
 
 struct pkv_session {
     pkv_model *model;
@@ -45,7 +54,11 @@ struct pkv_session {
     float *logits;    /* [n_vocab], last token */
     pkv_work work;
     pkv_arena arena;  /* per-layer press scratch */
-    volatile sig_atomic_t interrupted;
+    pkv_layer_probe *probes;  /* [n_layer]; probes_ok when the last prefill kept them uncompressed */
+    bool probes_ok;
+    uint64_t peak_mem;        /* most KV cache + activations bytes seen */
+    bool broken;              /* a call failed midway; only a reset helps */
+    atomic_int interrupted; /* set from a signal handler or another thread (lock-free) */
 };
 
 /* Called with the logits of each requested row. */
@@ -62,7 +75,20 @@ typedef struct {
  * full-attention layer is compressed once it has seen all n tokens. Logits of
  * the last token land in s->logits; with row_fn, every token's logits are
  * passed to it in order. */
-int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_row_logits_fn row_fn,
-                void *user, pkv_forward_stats *stats, pkv_error *err);
+/* What to keep for presses (pkv_layer_probe): window queries and, optionally,
+ * attention sums. press, if not NULL, runs on each full layer at its end. */
+typedef struct {
+    int window;
+    bool attn_sums;
+} pkv_probe_cfg;
+
+int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
+                const pkv_probe_cfg *probe, pkv_row_logits_fn row_fn, void *user, pkv_forward_stats *stats,
+                pkv_error *err);
+
+/* Runs a press on layer il of s from a probe (s's own, or one of the session
+ * s was copied from). */
+int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_cfg *press, int il,
+                    pkv_forward_stats *stats, pkv_error *err);
 
 #endif

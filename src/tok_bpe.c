@@ -345,38 +345,9 @@ typedef struct {
 } bpe_bigram;
 
 /* Lowest rank first; equal ranks: leftmost first. */
-static bool bigram_before(const bpe_bigram *a, const bpe_bigram *b) {
+static bool bigram_before(const void *pa, const void *pb) {
+    const bpe_bigram *a = pa, *b = pb;
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(tok_vec *h, bpe_bigram b) {
-    if (tok_vec_push(h, &b)) return -1;
-    bpe_bigram *d = h->data;
-    for (size_t i = h->n - 1; i > 0;) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&d[i], &d[parent])) break;
-        bpe_bigram tmp = d[i];
-        d[i] = d[parent];
-        d[parent] = tmp;
-        i = parent;
-    }
-    return 0;
-}
-
-static bpe_bigram heap_pop(tok_vec *h) {
-    bpe_bigram *d = h->data, top = d[0];
-    d[0] = d[--h->n];
-    for (size_t i = 0;;) {
-        size_t l = 2 * i + 1, r = l + 1, best = i;
-        if (l < h->n && bigram_before(&d[l], &d[best])) best = l;
-        if (r < h->n && bigram_before(&d[r], &d[best])) best = r;
-        if (best == i) break;
-        bpe_bigram tmp = d[i];
-        d[i] = d[best];
-        d[best] = tmp;
-        i = best;
-    }
-    return top;
 }
 
 typedef struct {
@@ -393,7 +364,7 @@ static int try_bigram(const pkv_tokenizer *tok, bpe_scratch *s, int32_t left, in
                                 sym[right].n);
     if (rank < 0) return 0;
     bpe_bigram b = {rank, left, right, sym[left].n + sym[right].n};
-    return heap_push(&s->heap, b);
+    return tok_heap_push(&s->heap, &b, bigram_before);
 }
 
 static void emit_symbol(const pkv_tokenizer *tok, const char *text, size_t n, tok_out *out) {
@@ -434,7 +405,8 @@ static int merge_word(const pkv_tokenizer *tok, bpe_scratch *s, tok_out *out) {
         if (try_bigram(tok, s, i - 1, i)) return -1;
     bpe_symbol *sym = s->symbols.data;
     while (s->heap.n) {
-        bpe_bigram b = heap_pop(&s->heap);
+        bpe_bigram b;
+        tok_heap_pop(&s->heap, &b, bigram_before);
         bpe_symbol *l = &sym[b.left], *r = &sym[b.right];
         /* stale: a side was merged away or grew since the pair was queued */
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;

@@ -115,6 +115,13 @@ int tok_vec_reserve(tok_vec *v, size_t n);
 int tok_vec_push(tok_vec *v, const void *elem);
 #define TOK_VEC_AT(v, type, i) (((type *)(v)->data)[i])
 
+/* A binary heap in a tok_vec: `before(a, b)` is true when a must pop first.
+ * The SPM and BPE merge loops both pop their best bigram from one. */
+typedef bool (*tok_before_fn)(const void *a, const void *b);
+int tok_heap_push(tok_vec *h, const void *elem, tok_before_fn before);
+/* Copies the top element into out and removes it; h must not be empty. */
+void tok_heap_pop(tok_vec *h, void *out, tok_before_fn before);
+
 uint64_t tok_hash(const char *s, size_t len, uint64_t seed);
 
 /* Id of the token whose text is s[0..len), or -1. */

@@ -27,38 +27,9 @@ typedef struct {
 } spm_bigram;
 
 /* Highest score first; equal scores: leftmost first. */
-static bool bigram_before(const spm_bigram *a, const spm_bigram *b) {
+static bool bigram_before(const void *pa, const void *pb) {
+    const spm_bigram *a = pa, *b = pb;
     return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(tok_vec *h, spm_bigram b) {
-    if (tok_vec_push(h, &b)) return -1;
-    spm_bigram *d = h->data;
-    for (size_t i = h->n - 1; i > 0;) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&d[i], &d[parent])) break;
-        spm_bigram tmp = d[i];
-        d[i] = d[parent];
-        d[parent] = tmp;
-        i = parent;
-    }
-    return 0;
-}
-
-static spm_bigram heap_pop(tok_vec *h) {
-    spm_bigram *d = h->data, top = d[0];
-    d[0] = d[--h->n];
-    for (size_t i = 0;;) {
-        size_t l = 2 * i + 1, r = l + 1, best = i;
-        if (l < h->n && bigram_before(&d[l], &d[best])) best = l;
-        if (r < h->n && bigram_before(&d[r], &d[best])) best = r;
-        if (best == i) break;
-        spm_bigram tmp = d[i];
-        d[i] = d[best];
-        d[best] = tmp;
-        i = best;
-    }
-    return top;
 }
 
 typedef struct {
@@ -77,7 +48,7 @@ static int try_bigram(spm_session *s, int32_t left, int32_t right) {
     int32_t id = tok_find(s->tok, s->text + sym[left].start, size);
     if (id < 0) return 0;
     spm_bigram b = {s->tok->score[id], left, right, size};
-    return heap_push(&s->heap, b);
+    return tok_heap_push(&s->heap, &b, bigram_before);
 }
 
 static int split_symbols(spm_session *s, size_t len) {
@@ -97,7 +68,8 @@ static int merge_symbols(spm_session *s) {
         if (try_bigram(s, i - 1, i)) return -1;
     spm_symbol *sym = s->symbols.data;
     while (s->heap.n) {
-        spm_bigram b = heap_pop(&s->heap);
+        spm_bigram b;
+        tok_heap_pop(&s->heap, &b, bigram_before);
         spm_symbol *l = &sym[b.left], *r = &sym[b.right];
         /* stale: a side was merged away or grew since the pair was queued */
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;

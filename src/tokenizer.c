@@ -54,6 +54,50 @@ int tok_vec_push(tok_vec *v, const void *elem) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- heap */
+
+static void swap_elems(char *a, char *b, size_t n) {
+    char tmp[64];
+    while (n) {
+        size_t k = n < sizeof tmp ? n : sizeof tmp;
+        memcpy(tmp, a, k);
+        memcpy(a, b, k);
+        memcpy(b, tmp, k);
+        a += k;
+        b += k;
+        n -= k;
+    }
+}
+
+int tok_heap_push(tok_vec *h, const void *elem, tok_before_fn before) {
+    if (tok_vec_push(h, elem)) return -1;
+    char *d = h->data;
+    size_t e = h->elem;
+    for (size_t i = h->n - 1; i > 0;) {
+        size_t parent = (i - 1) / 2;
+        if (!before(d + i * e, d + parent * e)) break;
+        swap_elems(d + i * e, d + parent * e, e);
+        i = parent;
+    }
+    return 0;
+}
+
+void tok_heap_pop(tok_vec *h, void *out, tok_before_fn before) {
+    char *d = h->data;
+    size_t e = h->elem;
+    memcpy(out, d, e);
+    h->n--;
+    memcpy(d, d + h->n * e, e);
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, best = i;
+        if (l < h->n && before(d + l * e, d + best * e)) best = l;
+        if (r < h->n && before(d + r * e, d + best * e)) best = r;
+        if (best == i) break;
+        swap_elems(d + i * e, d + best * e, e);
+        i = best;
+    }
+}
+
 /* ---------------------------------------------------------------- hashing */
 
 static uint64_t mix64(uint64_t x) {

@@ -95,5 +95,38 @@ expect press_no_budget 2 "needs a budget" -- "$bin" run -m "$tiny" -p hi --press
 expect press_opts_without_press 2 "without --press" -- "$bin" run -m "$tiny" -p hi --budget 64
 expect press_agnostic_needs_question 2 "needs a question" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --mode query_agnostic
 
+expect_out inspect_rows 'layer +heads +rows kept per head' -- "$bin" inspect -m "$tiny" \
+    -p "$(head -c 600 tests/data/english.txt)" -c 512 --press snapkv --budget 24 --window 8 --html "$tmp/inspect.html"
+expect_out inspect_html_counts 'kept by [0-9]+ of 4 heads' -- cat "$tmp/inspect.html"
+expect inspect_needs_press 2 "choose a press" -- "$bin" inspect -m "$tiny" -p hi
+
+# bench and synth
+expect_out help_bench 'usage: promptkv bench' -- "$bin" bench --help
+expect_out bench_tiny '\| tg4@d64 +\| snapkv budget=40' -- "$bin" bench -m "$tiny" -p 32 -n 8 -r 2 -t 2 \
+    --depths 64 --depth-gen 4 --press snapkv --budget 40 --window 8 --membw-size 16M --svg "$tmp/bench.svg" \
+    --csv "$tmp/bench.csv"
+expect_out bench_svg '<polyline' -- cat "$tmp/bench.svg"
+expect_out bench_csv_rows '^tg4@d64,depth,"snapkv budget=40 window=8",64,4,2,2,' -- cat "$tmp/bench.csv"
+expect_out bench_csv_stdout '^test,kind,press,n_prompt' -- "$bin" bench -m "$tiny" -p 16 -n 0 -r 1 -o csv
+expect_out bench_mem '\| none \| 64: ' -- "$bin" bench -m "$tiny" --mem 1G --mem-probe 64,128 -t 2 \
+    --presses none,snapkv:budget=40:window=8
+expect_out bench_membw_only 'memory read bandwidth .* 1 thread [0-9.]+ GB/s' -- "$bin" bench --membw-only -t 1 --membw-size 16M
+expect bench_no_model 2 'a model is required' -- "$bin" bench -p 16
+expect bench_bad_list 2 '--depths expects an integer' -- "$bin" bench -m "$tiny" --depths 64,x
+expect bench_bad_press 2 "unknown press 'snapk'" -- "$bin" bench -m "$tiny" --presses none,snapk:budget=40
+expect bench_bad_press_opt 2 "is not KEY=VALUE" -- "$bin" bench -m "$tiny" --presses snapkv:budget
+expect bench_bad_output 2 '-o must be md or csv' -- "$bin" bench -m "$tiny" -o json
+expect bench_budget_below_window 2 'budget 4 must be larger than the observation window 8' -- "$bin" bench -m "$tiny" \
+    --presses none,snapkv:budget=4:window=8 --depths 64
+expect bench_zero_depth 2 '--depths must be in \[1, ' -- "$bin" bench -m "$tiny" --depths 64,0
+expect bench_zero_prompt 2 '-p must be in \[1, ' -- "$bin" bench -m "$tiny" -p 0,16
+expect bench_negative_gen 2 '-n must be in \[0, ' -- "$bin" bench -m "$tiny" -n -1
+expect_out help_synth 'usage: promptkv synth' -- "$bin" synth --help
+expect_out synth_list 'llama-3.2-1b +meta-llama/Llama-3.2-1B' -- "$bin" synth --list
+expect synth_unknown_shape 2 "unknown shape 'llama-9b'" -- "$bin" synth llama-9b -o "$tmp/x.gguf"
+expect synth_bad_type 2 '--type must be one of' -- "$bin" synth llama-3.2-1b --type q3_z -o "$tmp/x.gguf"
+expect synth_no_output 2 'need a SHAPE and -o FILE' -- "$bin" synth llama-3.2-1b
+expect synth_unwritable 1 'cannot create' -- "$bin" synth qwen2.5-0.5b --type f32 -o "$tmp/no/such/dir/x.gguf"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -3,6 +3,8 @@
 #   1. unit tests under ASan + UBSan (everything but the real-model tests)
 #   2. all tests in the optimised build, real-model tests included
 #   3. command-line tests (exit codes and messages on bad input)
+#   4. the HTTP server with the OpenAI client (tests/server-test.sh)
+#   5. promptkv eval on a tiny model: smoke, kill -9 + resume, MPI when build/mpi/promptkv exists
 # Run from the repository root after `make tests model`.
 set -u
 BUILD=${BUILD:-build}
@@ -44,6 +46,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 run_suite "unit (asan+ubsan)" "$BUILD/san/test_runner" --exclude real_ --exclude slow_ --exclude pending_
 run_suite "all (optimised)" "$BUILD/test_runner" --exclude pending_
 run_suite "cli" tests/cli-test.sh "$BUILD/promptkv"
+run_suite "server" tests/server-test.sh "$BUILD/promptkv"
+run_suite "eval smoke" tests/eval-smoke.sh "$BUILD/promptkv" "$BUILD/mpi/promptkv"
 
 if [ ${#failed_suites[@]} -gt 0 ]; then
     echo "failing suites: ${failed_suites[*]}"

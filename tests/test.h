@@ -15,6 +15,9 @@ void test_register(const char *name, test_fn fn, const char *file);
 void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* true if the current case has failed so far */
 bool test_failed(void);
+/* The whole file, NUL-terminated (malloc'ed; its length in *len when len is
+ * not NULL); NULL if it cannot be read whole. */
+char *test_read_file(const char *path, size_t *len);
 
 #define TEST(name)                                                                  \
     static void name(void);                                                         \

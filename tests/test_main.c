@@ -46,6 +46,22 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
 
 bool test_failed(void) { return g_current_failures > 0; }
 
+char *test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *buf = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
 static int cmp_case(const void *a, const void *b) {
     const test_case *x = a, *y = b;
     int c = strcmp(x->file, y->file);

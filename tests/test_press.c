@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "press.h"
+#include "prng.h"
 #include "press/snapkv.h"
 #include "test.h"
 
@@ -293,7 +294,7 @@ TEST(press_topk_invariants) {
     uint64_t st = 7;
     float scores[200];
     for (int trial = 0; trial < 50; trial++) {
-        for (int j = 0; j < 200; j++) scores[j] = (float)(pkv_press_rng_next(&st) % 17); /* many ties */
+        for (int j = 0; j < 200; j++) scores[j] = (float)(pkv_splitmix64(&st) % 17); /* many ties */
         int budget = 17 + trial * 3;
         int32_t keep[200];
         int nk;

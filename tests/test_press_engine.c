@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "promptkv.h"
+#include "press_fixtures.h"
 #include "test.h"
 
 static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";
@@ -21,17 +22,6 @@ static void prompt_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
     }
 }
 
-static pkv_press_cfg *make_press(const char *name, const char *const *kv) {
-    pkv_error err;
-    pkv_press_cfg *cfg = pkv_press_cfg_new(name, &err);
-    if (!cfg) {
-        test_fail(__FILE__, __LINE__, "%s", err.msg);
-        return NULL;
-    }
-    for (int i = 0; kv && kv[i]; i += 2)
-        if (pkv_press_cfg_set(cfg, kv[i], kv[i + 1], &err)) test_fail(__FILE__, __LINE__, "%s", err.msg);
-    return cfg;
-}
 
 static pkv_session *new_session(pkv_model *m, int threads) {
     pkv_session_opts so;
@@ -88,7 +78,7 @@ TEST(press_engine_budget_ge_prompt_is_identity) {
     const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
     for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
         const char *opts[] = {"budget", "60", "window", "8", NULL};
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         REQUIRE(cfg);
         if (run_press(m, cfg, 60, 5, 2, got, NULL, NULL))
             CHECK_MSG(!memcmp(full, got, (size_t)nv * sizeof(float)), "%s with budget = L changed the logits", presses[i]);
@@ -108,7 +98,7 @@ TEST(press_engine_counts_and_window) {
     const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
     for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
         const char *opts[] = {"budget", "24", "window", "8", NULL};
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         pkv_session *s = NULL;
         pkv_prefill_stats ps;
         REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, &ps, &s));
@@ -148,7 +138,7 @@ TEST(press_engine_protected_spans) {
     const char *opts[] = {"budget", "30", "window", "4", "protect", "40:50", "protect", "10:13", NULL};
     const char *presses[] = {"snapkv", "knorm", "random", "streamingllm"};
     for (size_t i = 0; i < 4; i++) {
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         pkv_session *s = NULL;
         REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, NULL, &s));
         for (int l = 0; l < pkv_session_n_layers(s); l++)
@@ -175,7 +165,7 @@ TEST(press_engine_thread_invariant) {
     const char *presses[] = {"snapkv", "h2o", "tova"};
     for (size_t i = 0; i < 3; i++) {
         const char *opts[] = {"budget", "20", "window", "6", NULL};
-        pkv_press_cfg *cfg = make_press(presses[i], opts);
+        pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
         int32_t ref[2][8][64];
         for (int t = 1; t <= 3; t++) {
             pkv_session *s = NULL;
@@ -200,7 +190,7 @@ TEST(press_engine_gemma_sliding_layers_untouched) {
     pkv_model *m = pkv_model_load(GEMMA, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     const char *opts[] = {"budget", "20", "window", "4", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
     REQUIRE(run_press(m, cfg, 80, 0, 2, NULL, NULL, &s));
     for (int l = 0; l < pkv_session_n_layers(s); l++) {
@@ -225,7 +215,7 @@ TEST(press_engine_query_head_granularity) {
     pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     const char *opts[] = {"budget", "24", "window", "8", "granularity", "query_head", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
     REQUIRE(run_press(m, cfg, 100, 3, 2, NULL, NULL, &s));
     pkv_model_info mi;
@@ -250,7 +240,7 @@ TEST(press_engine_turns_and_recompress) {
     prompt_tokens(toks, 160, pkv_n_vocab(m), 5);
     for (int mode = 0; mode < 2; mode++) {
         const char *opts[] = {"budget", "24", "window", "8", "mode", mode ? "recompress" : "query_aware", NULL};
-        pkv_press_cfg *cfg = make_press("snapkv", opts);
+        pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
         pkv_session *s = new_session(m, 2);
         CHECK(pkv_prefill(s, toks, 100, cfg, NULL, &err) == 0);
         CHECK_EQ_INT(pkv_session_head_rows(s, 0, 0), 24);
@@ -271,14 +261,14 @@ TEST(press_engine_ratio) {
     pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     const char *opts[] = {"ratio", "0.75", "window", "8", NULL};
-    pkv_press_cfg *cfg = make_press("snapkv", opts);
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
     REQUIRE(run_press(m, cfg, 99, 0, 2, NULL, NULL, &s));
     CHECK_EQ_INT(pkv_session_head_rows(s, 1, 1), 24); /* floor(99 * 0.25) */
     pkv_session_free(s);
     /* a ratio leaving no more than the window is a clear error */
     const char *tight[] = {"ratio", "0.95", "window", "8", NULL};
-    pkv_press_cfg *cfg2 = make_press("snapkv", tight);
+    pkv_press_cfg *cfg2 = test_press_cfg("snapkv", tight);
     int32_t toks[99];
     prompt_tokens(toks, 99, pkv_n_vocab(m), 3);
     s = new_session(m, 1);
@@ -287,4 +277,172 @@ TEST(press_engine_ratio) {
     pkv_press_cfg_free(cfg);
     pkv_press_cfg_free(cfg2);
     pkv_model_free(m);
+}
+
+/* One prefill, many presses: compressing a copy gives exactly what the press
+ * gives inside the prefill (kept positions and logits after decoding), for
+ * every press, in both the chunked and the single-call prefill. */
+TEST(press_engine_copy_equals_direct) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int nv = pkv_n_vocab(m);
+    int32_t toks[100];
+    prompt_tokens(toks, 100, nv, 11); /* the prompt run_press uses */
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = 2;
+    so.n_batch = 13;
+    so.n_ctx = 512;
+    so.keep_press_window = 16;
+    so.keep_attn_sums = true;
+    pkv_session *src = pkv_session_new(m, &so, &err), *dst = pkv_session_new(m, &so, &err);
+    REQUIRE(src && dst);
+    CHECK(pkv_prefill(src, toks, 100, NULL, NULL, &err) == 0);
+    const char *presses[] = {"snapkv", "streamingllm", "h2o", "tova", "knorm", "random"};
+    float *a = malloc((size_t)nv * sizeof(float)), *b = malloc((size_t)nv * sizeof(float));
+    for (size_t i = 0; i < sizeof presses / sizeof *presses; i++) {
+        for (int window = 4; window <= 16; window += 12) {
+            char wbuf[8];
+            snprintf(wbuf, sizeof wbuf, "%d", window);
+            const char *opts[] = {"budget", "30", "window", wbuf, NULL};
+            pkv_press_cfg *cfg = test_press_cfg(presses[i], opts);
+            pkv_session *direct = NULL;
+            REQUIRE(run_press(m, cfg, 100, 3, 2, a, NULL, &direct));
+            pkv_prefill_stats ps;
+            CHECK_MSG(pkv_session_copy(dst, src, cfg, &ps, &err) == 0, "%s", err.msg);
+            CHECK(ps.compressed && ps.cache_bytes < ps.cache_bytes_full);
+            for (int l = 0; l < pkv_session_n_layers(dst); l++)
+                for (int h = 0; h < pkv_session_n_heads(dst, l); h++) {
+                    int32_t p1[128], p2[128];
+                    int n1 = pkv_session_positions(direct, l, h, p1, 128), n2 = pkv_session_positions(dst, l, h, p2, 128);
+                    /* direct has decoded 3 tokens already */
+                    CHECK_MSG(n1 == n2 + 3 && !memcmp(p1, p2, (size_t)n2 * sizeof *p1), "%s window %d: layer %d head %d differs",
+                              presses[i], window, l, h);
+                }
+            /* decode the same greedy tokens on the copy: identical logits */
+            for (int step = 0; step < 3; step++) {
+                const float *l = pkv_logits(dst);
+                int best = 0;
+                for (int k = 1; k < nv; k++)
+                    if (l[k] > l[best]) best = k;
+                CHECK(pkv_decode(dst, best, &err) == 0);
+            }
+            memcpy(b, pkv_logits(dst), (size_t)nv * sizeof(float));
+            CHECK_MSG(!memcmp(a, b, (size_t)nv * sizeof(float)), "%s window %d: logits differ from the direct press", presses[i],
+                      window);
+            pkv_session_free(direct);
+            pkv_press_cfg_free(cfg);
+        }
+    }
+    /* a copy without a press is the full cache; a source that pressed cannot be re-pressed */
+    CHECK(pkv_session_copy(dst, src, NULL, NULL, &err) == 0);
+    CHECK_EQ_INT(pkv_session_head_rows(dst, 0, 0), 100);
+    const char *o[] = {"budget", "30", "window", "8", NULL};
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", o);
+    CHECK(pkv_decode(src, 5, &err) == 0);
+    CHECK(pkv_session_copy(dst, src, cfg, NULL, &err) == -1 && strstr(err.msg, "keep_press_window"));
+    pkv_press_cfg_free(cfg);
+    free(a);
+    free(b);
+    pkv_session_free(src);
+    pkv_session_free(dst);
+    pkv_model_free(m);
+}
+
+/* The memory cap: the full cache of a long prompt does not fit, the compressed
+ * one does, because only one layer's uncompressed K/V is alive at a time.
+ * (f32 cache: presses read its rows in place, without a scratch copy.) */
+TEST(press_engine_memory_cap) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int32_t toks[400];
+    prompt_tokens(toks, 400, pkv_n_vocab(m), 4);
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_ctx = 512;
+    so.n_batch = 64;
+    so.cache_type = PKV_CACHE_F32;
+    const char *opts[] = {"budget", "24", "window", "8", NULL};
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    REQUIRE(s);
+    CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == 0);
+    uint64_t peak_full = pkv_session_peak_mem_bytes(s), after_full = pkv_session_cache_bytes(s);
+    pkv_session_free(s);
+    s = pkv_session_new(m, &so, &err);
+    CHECK(pkv_prefill(s, toks, 400, cfg, NULL, &err) == 0);
+    uint64_t peak_snap = pkv_session_peak_mem_bytes(s), after_snap = pkv_session_cache_bytes(s);
+    pkv_session_free(s);
+    CHECK_MSG(peak_snap < peak_full, "peak with snapkv %llu >= without %llu", (unsigned long long)peak_snap,
+              (unsigned long long)peak_full);
+    CHECK(after_snap < after_full / 4);
+    /* a cap between the two peaks: the full cache fails with a clear error, the compressed one fits */
+    so.mem_cap_bytes = (peak_full + peak_snap) / 2;
+    s = pkv_session_new(m, &so, &err);
+    CHECK(pkv_prefill(s, toks, 400, NULL, NULL, &err) == -1 && err.code == PKV_ERR_LIMIT && strstr(err.msg, "memory cap"));
+    pkv_session_reset(s);
+    CHECK_MSG(pkv_prefill(s, toks, 400, cfg, NULL, &err) == 0, "%s", err.msg);
+    CHECK(pkv_decode(s, 7, &err) == 0);
+    pkv_press_cfg_free(cfg);
+    pkv_session_free(s);
+    pkv_model_free(m);
+}
+
+/* An interrupted prefill leaves the session unusable until it is reset (its
+ * layers are at different lengths), and says so. */
+TEST(press_engine_interrupt_then_reset) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_session *s = new_session(m, 1);
+    int32_t toks[50];
+    prompt_tokens(toks, 50, pkv_n_vocab(m), 2);
+    pkv_session_interrupt(s);
+    CHECK(pkv_prefill(s, toks, 50, NULL, NULL, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
+    CHECK(pkv_decode(s, 5, &err) == -1 && strstr(err.msg, "reset it first"));
+    pkv_session_reset(s);
+    CHECK(pkv_prefill(s, toks, 50, NULL, NULL, &err) == 0);
+    CHECK(pkv_decode(s, 5, &err) == 0);
+    pkv_session_free(s);
+    pkv_model_free(m);
+}
+
+/* After a press, the next tokens (a query-agnostic question, a new turn) go
+ * through a multi-token prefill over the ragged, compressed cache. That must
+ * be the same computation as feeding them one decode step at a time over the
+ * same kept rows (evaluation.md §0.1): only float summation order differs. */
+TEST(press_engine_prefill_after_press_equals_decode_steps) {
+    const char *models[] = {LLAMA, GEMMA};
+    for (int mi = 0; mi < 2; mi++) {
+        pkv_error err;
+        pkv_model *m = pkv_model_load(models[mi], NULL, &err);
+        REQUIRE_MSG(m, "%s", err.msg);
+        const int n_prompt = 150, n_more = 40, nv = pkv_n_vocab(m);
+        int32_t toks[190];
+        prompt_tokens(toks, n_prompt + n_more, nv, 23);
+        const char *opts[] = {"budget", "24", "window", "8", NULL};
+        pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
+        pkv_session *a = new_session(m, 2), *b = new_session(m, 2);
+        REQUIRE(a && b);
+        CHECK(pkv_prefill(a, toks, n_prompt, cfg, NULL, &err) == 0);
+        CHECK(pkv_prefill(b, toks, n_prompt, cfg, NULL, &err) == 0);
+        CHECK(pkv_prefill(a, toks + n_prompt, n_more, cfg, NULL, &err) == 0);
+        for (int i = 0; i < n_more; i++) CHECK(pkv_decode(b, toks[n_prompt + i], &err) == 0);
+        CHECK_EQ_INT(pkv_session_n_pos(a), n_prompt + n_more);
+        CHECK_EQ_INT(pkv_session_n_pos(b), n_prompt + n_more);
+        const float *la = pkv_logits(a), *lb = pkv_logits(b);
+        float worst = 0;
+        for (int k = 0; k < nv; k++) {
+            float d = la[k] > lb[k] ? la[k] - lb[k] : lb[k] - la[k];
+            if (d > worst) worst = d;
+        }
+        CHECK_MSG(worst <= 1e-4f, "%s: max |logit difference| %g between prefill and decode steps", models[mi],
+                  (double)worst);
+        pkv_session_free(a);
+        pkv_session_free(b);
+        pkv_press_cfg_free(cfg);
+        pkv_model_free(m);
+    }
 }

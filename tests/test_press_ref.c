@@ -9,60 +9,8 @@
 #include <string.h>
 
 #include "press.h"
+#include "press_fixtures.h"
 #include "test.h"
-
-typedef struct {
-    int n_layers, n_head, n_head_kv, head_dim, L, w_max;
-    float *data;
-    /* per layer pointers into data */
-    float **q, **k, **v, **attn_sum, **attn_last;
-    int32_t tokens[512];
-} dump;
-
-static bool dump_load(const char *path, dump *d) {
-    memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[8];
-    int32_t h[6];
-    bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, "PKVPRS1", 8) && fread(h, 4, 6, f) == 6;
-    if (ok) {
-        d->n_layers = h[0], d->n_head = h[1], d->n_head_kv = h[2], d->head_dim = h[3], d->L = h[4], d->w_max = h[5];
-        size_t per_layer = (size_t)d->n_head * d->w_max * d->head_dim + 2 * (size_t)d->n_head_kv * d->L * d->head_dim +
-                           2 * (size_t)d->n_head * d->L;
-        d->data = malloc(per_layer * d->n_layers * sizeof(float));
-        d->q = calloc((size_t)d->n_layers, sizeof(float *));
-        d->k = calloc((size_t)d->n_layers, sizeof(float *));
-        d->v = calloc((size_t)d->n_layers, sizeof(float *));
-        d->attn_sum = calloc((size_t)d->n_layers, sizeof(float *));
-        d->attn_last = calloc((size_t)d->n_layers, sizeof(float *));
-        ok = d->data && d->L <= 512 && fread(d->data, sizeof(float), per_layer * d->n_layers, f) == per_layer * d->n_layers &&
-             fread(d->tokens, 4, (size_t)d->L, f) == (size_t)d->L;
-        for (int l = 0; ok && l < d->n_layers; l++) {
-            float *p = d->data + per_layer * l;
-            d->q[l] = p;
-            p += (size_t)d->n_head * d->w_max * d->head_dim;
-            d->k[l] = p;
-            p += (size_t)d->n_head_kv * d->L * d->head_dim;
-            d->v[l] = p;
-            p += (size_t)d->n_head_kv * d->L * d->head_dim;
-            d->attn_sum[l] = p;
-            p += (size_t)d->n_head * d->L;
-            d->attn_last[l] = p;
-        }
-    }
-    fclose(f);
-    return ok;
-}
-
-static void dump_free(dump *d) {
-    free(d->data);
-    free(d->q);
-    free(d->k);
-    free(d->v);
-    free(d->attn_sum);
-    free(d->attn_last);
-}
 
 /* ---------------------------------------------------------------- .keep parsing */
 
@@ -145,7 +93,7 @@ static bool kept_equal(const int32_t *got, int n_got, const int32_t *want, int n
 
 /* ---------------------------------------------------------------- on the dumped tensors */
 
-static void check_dump_case(const dump *d, const ref_case *c, int *n_checked) {
+static void check_dump_case(const press_dump *d, const ref_case *c, int *n_checked) {
     pkv_compute comp = {.kern = pkv_kernels_get(PKV_SIMD_AUTO)};
     int window = c->window > 0 ? c->window : 1; /* presses without a window score with the last query */
     for (int l = 0; l < d->n_layers; l++) {
@@ -198,9 +146,9 @@ static void check_dump_case(const dump *d, const ref_case *c, int *n_checked) {
 
 static void run_dump_tests(const char *model) {
     char path[256];
-    dump d;
+    press_dump d;
     snprintf(path, sizeof path, "tests/fixtures/press/%s.tensors", model);
-    REQUIRE_MSG(dump_load(path, &d), "cannot read %s", path);
+    REQUIRE_MSG(press_dump_load(path, &d), "cannot read %s", path);
     snprintf(path, sizeof path, "tests/fixtures/press/%s.keep", model);
     FILE *f = fopen(path, "r");
     REQUIRE_MSG(f, "cannot read %s", path);
@@ -215,7 +163,7 @@ static void run_dump_tests(const char *model) {
     free(c);
     CHECK_MSG(n_cases >= 50 && n_checked >= 50 * 2 * d.n_head_kv, "%s: only %d cases, %d head selections", model, n_cases,
               n_checked);
-    dump_free(&d);
+    press_dump_free(&d);
 }
 
 TEST(press_ref_tensors_tiny_llama) { run_dump_tests("tiny-llama"); }
@@ -225,9 +173,9 @@ TEST(press_ref_tensors_tiny_qwen2) { run_dump_tests("tiny-qwen2"); }
 
 static void run_engine_tests(const char *model) {
     char path[256];
-    dump d;
+    press_dump d;
     snprintf(path, sizeof path, "tests/fixtures/press/%s.tensors", model);
-    REQUIRE_MSG(dump_load(path, &d), "cannot read %s", path);
+    REQUIRE_MSG(press_dump_load(path, &d), "cannot read %s", path);
     snprintf(path, sizeof path, "tests/fixtures/models/%s-f32.gguf", model);
     pkv_error err;
     pkv_model *m = pkv_model_load(path, NULL, &err);
@@ -265,7 +213,7 @@ static void run_engine_tests(const char *model) {
     fclose(f);
     pkv_session_free(s);
     pkv_model_free(m);
-    dump_free(&d);
+    press_dump_free(&d);
 }
 
 TEST(press_ref_engine_tiny_llama) { run_engine_tests("tiny-llama"); }

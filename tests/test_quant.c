@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "f16.h"
+#include "prng.h"
 #include "quant.h"
 #include "test.h"
 
@@ -145,13 +146,7 @@ static float ref_row_elem(int type, const void *row, int64_t i) {
 
 /* ------------------------------------------------------------------ test utilities */
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rng_uniform(uint64_t *s) { return (float)((rng_next(s) >> 40) * (1.0 / 16777216.0)); }
+static float rng_uniform(uint64_t *s) { return (float)((pkv_splitmix64(s) >> 40) * (1.0 / 16777216.0)); }
 static float rng_sym(uint64_t *s) { return 2.0f * rng_uniform(s) - 1.0f; }
 
 static pkv_simd levels[3];
@@ -169,7 +164,7 @@ static bool same_bits(float a, float b) { return pkv_f32_to_bits(a) == pkv_f32_t
  * finite value of magnitude up to mag (either sign). */
 static void random_weight_row(int type, int64_t n, uint8_t *row, uint64_t *rng, float mag) {
     const uint64_t bytes = pkv_row_bytes((uint32_t)type, n);
-    for (uint64_t i = 0; i < bytes; i++) row[i] = (uint8_t)rng_next(rng);
+    for (uint64_t i = 0; i < bytes; i++) row[i] = (uint8_t)pkv_splitmix64(rng);
     const ref_layout *L = layout_of(type);
     const int64_t nb = n / L->elems;
     for (int64_t i = 0; i < nb; i++) {
@@ -416,8 +411,8 @@ TEST(quant_f32_to_f16_simd_matches_scalar_on_random_bits) {
     uint16_t *want = malloc(N * 2), *got = malloc((N + 4) * 2);
     uint64_t rng = 7;
     for (int i = 0; i < N; i++) {
-        uint32_t u = (uint32_t)rng_next(&rng);
-        if (i % 2) u = (u & 0x807fffffu) | ((uint32_t)(100 + (rng_next(&rng) % 60)) << 23); /* near f16 range */
+        uint32_t u = (uint32_t)pkv_splitmix64(&rng);
+        if (i % 2) u = (u & 0x807fffffu) | ((uint32_t)(100 + (pkv_splitmix64(&rng) % 60)) << 23); /* near f16 range */
         memcpy(&x[i], &u, 4);
     }
     for (int i = 0; i < N; i++) want[i] = pkv_f32_to_f16(x[i]);
@@ -611,7 +606,7 @@ TEST(quant_dequant_extreme_scales) {
         if (L->elems == 1) continue;
         const int nblocks = 8, n = nblocks * L->elems;
         for (int si = 0; si < ns; si++) {
-            for (int i = 0; i < nblocks * L->bytes; i++) row[i] = (uint8_t)rng_next(&rng);
+            for (int i = 0; i < nblocks * L->bytes; i++) row[i] = (uint8_t)pkv_splitmix64(&rng);
             for (int bi = 0; bi < nblocks; bi++) {
                 uint8_t *b = row + bi * L->bytes;
                 const uint16_t d = scales[si], other = scales[(si + bi + 1) % ns];
@@ -757,7 +752,7 @@ TEST(quant_activation_quantisers_simd_bit_exact) {
             x[i] = rng_sym(&rng) * scale;
         }
         if (rep == 3) /* blocks whose amax is 127: every half-integer is a tie */
-            for (int i = 0; i < N; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(rng_next(&rng) % 253) - 126) + 0.5f;
+            for (int i = 0; i < N; i++) x[i] = (i % 32 == 0) ? 127.0f : (float)((int)(pkv_splitmix64(&rng) % 253) - 126) + 0.5f;
         if (rep == 4) /* magnitude ties of opposite sign inside Q8_K blocks */
             for (int i = 0; i < N; i++) x[i] = (i % 7 == 0) ? ((i / 7) % 2 ? 2.0f : -2.0f) : rng_sym(&rng);
         if (rep == 5) /* tiny blocks */
@@ -819,7 +814,7 @@ static double ref_dot(int wtype, const uint8_t *w, int atype, const uint8_t *a, 
 static void random_activation(float *x, int64_t n, uint64_t *rng) {
     for (int64_t i = 0; i < n; i++) {
         x[i] = rng_sym(rng);
-        if (rng_next(rng) % 97 == 0) x[i] *= 20.0f; /* outliers */
+        if (pkv_splitmix64(rng) % 97 == 0) x[i] *= 20.0f; /* outliers */
     }
 }
 
@@ -942,7 +937,7 @@ TEST(quant_vec_dot_end_to_end_accuracy) {
 static void random_weights(float *x, int64_t n, uint64_t *rng, float scale) {
     for (int64_t i = 0; i < n; i++) {
         x[i] = (rng_sym(rng) + rng_sym(rng) + rng_sym(rng)) * scale;
-        if (rng_next(rng) % 211 == 0) x[i] *= 8.0f;
+        if (pkv_splitmix64(rng) % 211 == 0) x[i] *= 8.0f;
     }
 }
 

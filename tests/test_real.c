@@ -12,24 +12,6 @@
 
 static const char *GEMMA = "models/gemma-3-270m-q4_k_m.gguf";
 
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
 
 /* value of "key <number>" in the reference file */
 static double ref_value(const char *text, const char *key) {
@@ -41,8 +23,8 @@ static double ref_value(const char *text, const char *key) {
 
 TEST(real_perplexity_matches_llamacpp) {
     size_t ref_len, len;
-    char *ref = read_text("tests/fixtures/perplexity/gemma3-270m.ref", &ref_len);
-    char *text = read_text("tests/data/english.txt", &len);
+    char *ref = test_read_file("tests/fixtures/perplexity/gemma3-270m.ref", &ref_len);
+    char *text = test_read_file("tests/data/english.txt", &len);
     REQUIRE(ref && text);
     if (len > 0 && text[len - 1] == '\n') text[--len] = '\0'; /* as llama.cpp's -f */
     double want = ref_value(ref, "ppl");

@@ -9,7 +9,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "test.h"
 #include "tok_internal.h"
@@ -23,17 +22,8 @@ typedef struct {
 } file_buf;
 
 static bool read_file(const char *path, file_buf *fb) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    fb->data = malloc((size_t)n + 1);
-    fb->size = fb->data ? fread(fb->data, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!fb->data || fb->size != (size_t)n) return false;
-    fb->data[n] = '\0';
-    return true;
+    fb->data = test_read_file(path, &fb->size);
+    return fb->data != NULL;
 }
 
 /* Next line of the buffer (NUL-terminated in place), or NULL at the end. */
@@ -665,20 +655,8 @@ TEST(tok_bpe_round_trip) {
     unload_vocab(&v);
 }
 
-/* A 100K-token text must tokenize well under a second (the limit is loose
- * under sanitizers). */
-static double seconds_since(const struct timespec *t0) {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
-#if defined(__SANITIZE_ADDRESS__)
-#define TOK_TIME_SCALE 8.0
-#else
-#define TOK_TIME_SCALE 1.0
-#endif
-
+/* A long mixed text (100K+ tokens): the whole of it survives an encode/decode
+ * round trip. How fast that runs is measured, not asserted here. */
 static char *long_text(size_t *len) {
     static const char *const parts[] = {"The quick brown fox jumps over the lazy dog. ",
                                         "for (int i = 0; i < n; i++) {\n\tx += 1;\n}\n",
@@ -701,28 +679,34 @@ static char *long_text(size_t *len) {
     return s;
 }
 
-static int count_tokens_timed(const pkv_tokenizer *tok, const char *text, size_t len,
-                              double *secs) {
+/* Encodes the text and decodes it back; returns the token count. */
+static int long_round_trip(const pkv_tokenizer *tok, const char *text, size_t len) {
     int32_t *ids = malloc(sizeof(int32_t) * 400000);
+    char *out = malloc(len + 1);
     pkv_error err = {0};
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int n = ids ? pkv_tokenizer_encode(tok, text, len, false, true, ids, 400000, &err) : -1;
-    *secs = seconds_since(&t0);
+    int n = ids && out ? pkv_tokenizer_encode(tok, text, len, false, true, ids, 400000, &err) : -1;
+    size_t got = 0;
+    for (int i = 0; i < n && got <= len; i++) {
+        int k = pkv_tokenizer_piece(tok, ids[i], true, out + got, (int)(len + 1 - got));
+        if (k < 0 || got + (size_t)k > len) {
+            got = len + 1;
+            break;
+        }
+        got += (size_t)k;
+    }
+    CHECK_MSG(got == len && !memcmp(out, text, len), "the long text does not survive a round trip");
     free(ids);
+    free(out);
     return n;
 }
 
-TEST(tok_bpe_speed) {
+TEST(tok_bpe_long_text) {
     loaded_vocab v;
     REQUIRE(load_vocab(FIXTURE("tokenizer/bpe-llama3.gguf"), &v));
     size_t len;
     char *text = long_text(&len);
     REQUIRE(text);
-    double secs;
-    int n = count_tokens_timed(v.tok, text, len, &secs);
-    CHECK(n >= 100000);
-    CHECK_MSG(secs < 1.0 * TOK_TIME_SCALE, "%d tokens took %.3f s", n, secs);
+    CHECK(long_round_trip(v.tok, text, len) >= 100000);
     free(text);
     unload_vocab(&v);
 }
@@ -1004,26 +988,16 @@ TEST(real_tok_gemma3_round_trip) {
     unload_vocab(&v);
 }
 
-TEST(real_tok_gemma3_speed) {
+TEST(real_tok_gemma3_long_text) {
     gguf_file f;
     pkv_error err = {0};
-    REQUIRE_MSG(gguf_open(&f, GEMMA_PATH, &err) == 0, "%s missing (make model): %s", GEMMA_PATH,
-                err.msg);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    REQUIRE_MSG(gguf_open(&f, GEMMA_PATH, &err) == 0, "%s missing (make model): %s", GEMMA_PATH, err.msg);
     pkv_tokenizer *tok = pkv_tokenizer_load(&f, &err);
-    double load_secs = seconds_since(&t0);
     REQUIRE_MSG(tok, "%s", err.msg);
-    /* building the 262144-token vocabulary (hash maps, special-token trie) */
-    CHECK_MSG(load_secs < 0.1 * TOK_TIME_SCALE, "vocabulary build took %.3f s", load_secs);
     size_t len;
     char *text = long_text(&len);
     REQUIRE(text);
-    double secs;
-    int n = count_tokens_timed(tok, text, len, &secs);
-    CHECK(n >= 100000);
-    CHECK_MSG(secs < 1.0 * TOK_TIME_SCALE, "%d tokens took %.3f s", n, secs);
-    printf("    vocabulary build %.1f ms; %d tokens in %.1f ms\n", load_secs * 1e3, n, secs * 1e3);
+    CHECK(long_round_trip(tok, text, len) >= 100000);
     free(text);
     pkv_tokenizer_free(tok);
     gguf_close(&f);

@@ -38,6 +38,7 @@ run() {
 printf '%-26s %-30s %12s %14s %10s\n' "cache" "answer" "kv cache" "decode" "press"
 run "full (no press)"
 run "snapkv, budget 512" --press snapkv --budget 512
+run "protokv, budget 512" --press protokv --budget 512
 run "streamingllm, budget 512" --press streamingllm --budget 512
 echo
 echo "The correct answer is 4817. Gemma 3 270M has 3 full-attention layers (pressed) and 15"

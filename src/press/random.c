@@ -2,6 +2,7 @@
  * (seed, layer, head) only, so the same seed gives the same selection at any
  * thread count. */
 #include "press.h"
+#include "prng.h"
 
 static int random_score(const void *p, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     (void)p;
@@ -9,7 +10,7 @@ static int random_score(const void *p, const pkv_press_input *in, pkv_press_sele
     for (int s = 0; s < sel->n_sel; s++) {
         uint64_t state = in->seed ^ ((uint64_t)(in->layer + 1) << 32) ^ (uint64_t)(s + 1) * 0x9e3779b97f4a7c15ull;
         int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
-        for (int j = 0; j < n; j++) sel->scores[s][j] = (float)((pkv_press_rng_next(&state) >> 40) * (1.0 / 16777216.0));
+        for (int j = 0; j < n; j++) sel->scores[s][j] = (float)((pkv_splitmix64(&state) >> 40) * (1.0 / 16777216.0));
     }
     return 0;
 }

@@ -11,11 +11,12 @@
 #include "error.h"
 #include "press.h"
 
-extern const pkv_press_ops pkv_press_snapkv, pkv_press_streamingllm, pkv_press_h2o, pkv_press_tova,
-    pkv_press_knorm, pkv_press_random;
+extern const pkv_press_ops pkv_press_snapkv, pkv_press_protokv, pkv_press_streamingllm, pkv_press_h2o,
+    pkv_press_tova, pkv_press_knorm, pkv_press_random;
 
 static const pkv_press_ops *const PRESSES[] = {
-    &pkv_press_snapkv, &pkv_press_streamingllm, &pkv_press_h2o, &pkv_press_tova, &pkv_press_knorm, &pkv_press_random,
+    &pkv_press_snapkv, &pkv_press_protokv, &pkv_press_streamingllm, &pkv_press_h2o,
+    &pkv_press_tova,   &pkv_press_knorm,   &pkv_press_random,
 };
 enum { N_PRESSES = sizeof PRESSES / sizeof PRESSES[0] };
 
@@ -36,8 +37,10 @@ static const pkv_press_option COMMON_OPTIONS[] = {
     {"ratio", "fraction of rows removed, in [0, 1): keep floor(L * (1 - ratio))"},
     {"window", "observation window: the newest rows whose queries score the rest, always kept (default 32)"},
     {"mode", "query_aware (default) | query_agnostic | recompress"},
-    {"layer_budget", "uniform (default) | pyramid"},
-    {"head_budget", "uniform (default) | adaptive"},
+    {"layer_budget", "uniform (default) | pyramid: PyramidKV's per-layer schedule over the pressed layers"},
+    {"pyramid_beta", "PyramidKV's beta: the last layer keeps about (C - w) / beta prefix rows (default 20)"},
+    {"head_budget", "uniform (default) | adaptive: AdaKV shares each layer's budget among its heads by score"},
+    {"adaptive_floor", "AdaKV's alpha in [0, 1]: share of a head's budget it keeps whatever the scores (default 0.2)"},
     {"seed", "seed for seeded presses (default 0)"},
     {"protect", "BEGIN:END token range no press may evict (repeatable)"},
     {NULL, NULL},
@@ -201,6 +204,20 @@ int pkv_press_cfg_set(pkv_press_cfg *cfg, const char *key, const char *value, pk
         else return pkv_fail(err, PKV_ERR_ARG, "head_budget must be uniform or adaptive, got '%s'", value);
         return 0;
     }
+    if (!strcmp(key, "pyramid_beta")) {
+        double b = 0.0;
+        if (parse_double(key, value, &b, err)) return -1;
+        if (!(b >= 1.0)) return pkv_fail(err, PKV_ERR_ARG, "pyramid_beta must be >= 1, got %s", value);
+        cfg->pyramid_beta = b;
+        return 0;
+    }
+    if (!strcmp(key, "adaptive_floor")) {
+        double a = 0.0;
+        if (parse_double(key, value, &a, err)) return -1;
+        if (!(a >= 0.0 && a <= 1.0)) return pkv_fail(err, PKV_ERR_ARG, "adaptive_floor must be in [0, 1], got %s", value);
+        cfg->adaptive_floor = a;
+        return 0;
+    }
     if (!strcmp(key, "protect")) {
         char *colon;
         long b = strtol(value, &colon, 10), e;
@@ -235,5 +252,18 @@ int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len) {
     int n;
     if (cfg->budget > 0) n = snprintf(buf, (size_t)len, "%s budget=%d window=%d", cfg->ops->name, cfg->budget, cfg->window);
     else n = snprintf(buf, (size_t)len, "%s ratio=%g window=%d", cfg->ops->name, cfg->ratio, cfg->window);
+    if (n >= 0 && n < len && cfg->layer_budget == PKV_LAYER_BUDGET_PYRAMID)
+        n += snprintf(buf + n, (size_t)(len - n), " layer_budget=pyramid");
+    if (n >= 0 && n < len && cfg->head_budget == PKV_HEAD_BUDGET_ADAPTIVE)
+        n += snprintf(buf + n, (size_t)(len - n), " head_budget=adaptive");
     return n;
+}
+
+int pkv_press_cfg_watch_clusters(pkv_press_cfg *cfg, int layer, int head, pkv_cluster_view_fn fn, void *user,
+                                 pkv_error *err) {
+    if (fn && (!cfg || !cfg->ops || !cfg->ops->reports_clusters))
+        return pkv_fail(err, PKV_ERR_ARG, "press '%s' forms no clusters to watch (protokv does)", pkv_press_cfg_name(cfg));
+    if (!cfg) return 0;
+    cfg->watch = (pkv_press_watch){.layer = layer, .head = head, .fn = fn, .user = user};
+    return 0;
 }

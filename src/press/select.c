@@ -1,4 +1,4 @@
-/* The press framework: budgets, forced rows, the shared top-k. */
+/* The press framework: budgets (press/budget.c), forced rows, the shared top-k. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,46 +6,59 @@
 #include "error.h"
 #include "press.h"
 
-int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
-    (void)layer;
-    (void)n_layers;
-    if (cfg->budget > 0) return cfg->budget;
-    /* kvpress: n_kept = max(1, int(L * (1 - ratio))) */
-    long kept = (long)floor((double)n_rows * (1.0 - cfg->ratio));
-    return kept < 1 ? 1 : (int)kept;
+/* out[j] += softmax(logits)[j] over the visible rows, fp32 exp, double sum (A.4 S3-S4) */
+static void softmax_accumulate(float *logits, int visible, float *out) {
+    float mx = -INFINITY;
+    for (int j = 0; j < visible; j++)
+        if (logits[j] > mx) mx = logits[j];
+    double sum = 0.0;
+    for (int j = 0; j < visible; j++) {
+        logits[j] = expf(logits[j] - mx);
+        sum += logits[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < visible; j++) out[j] += logits[j] * inv;
 }
 
-uint64_t pkv_press_rng_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+/* rows visible to the window query r (rows are in ascending position: a prefix) */
+static int visible_rows(const int32_t *pos, int n, int32_t query_pos) {
+    int visible = n;
+    while (visible > 0 && pos[visible - 1] > query_pos) visible--;
+    return visible;
 }
+
+enum { QUERY_BLOCK = 8, KEY_TILE = 64 };
 
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out) {
     int g = h / (in->n_head / in->n_head_kv);
-    int n = in->n_rows[g];
+    int n = in->n_rows[g], dim = in->head_dim_k;
     const float *keys = in->keys[g];
     const int32_t *pos = in->pos[g];
     const pkv_kernels *k = in->comp->kern;
-    for (int r = first_query; r < in->window; r++) {
-        const float *q = in->q_window + ((size_t)h * in->window + r) * in->head_dim_k;
-        int32_t qp = in->q_pos[r];
-        /* rows are in ascending position: the visible ones are a prefix */
-        int visible = n;
-        while (visible > 0 && pos[visible - 1] > qp) visible--;
-        float mx = -INFINITY;
-        for (int j = 0; j < visible; j++) {
-            scratch[j] = k->dot_f32(in->head_dim_k, q, keys + (size_t)j * in->head_dim_k) * in->attn_scale;
-            if (scratch[j] > mx) mx = scratch[j];
+    /* A block of queries walks the keys tile by tile, so long prompts read
+     * their keys from memory once per block instead of once per query. The
+     * logits are the same dot products either way: the result is identical. */
+    float *z = in->window - first_query > 1 ? pkv_arena_alloc(in->arena, (size_t)QUERY_BLOCK * n * sizeof(float) + 4)
+                                            : NULL;
+    int block = z ? QUERY_BLOCK : 1;
+    if (!z) z = scratch;
+    for (int r0 = first_query; r0 < in->window; r0 += block) {
+        int r1 = r0 + block < in->window ? r0 + block : in->window;
+        int visible[QUERY_BLOCK], most = 0;
+        for (int r = r0; r < r1; r++) {
+            visible[r - r0] = visible_rows(pos, n, in->q_pos[r]);
+            if (visible[r - r0] > most) most = visible[r - r0];
         }
-        double sum = 0.0;
-        for (int j = 0; j < visible; j++) {
-            scratch[j] = expf(scratch[j] - mx);
-            sum += scratch[j];
+        for (int j0 = 0; j0 < most; j0 += KEY_TILE) {
+            int j1 = j0 + KEY_TILE < most ? j0 + KEY_TILE : most;
+            for (int r = r0; r < r1; r++) {
+                const float *q = in->q_window + ((size_t)h * in->window + r) * dim;
+                float *zr = z + (size_t)(r - r0) * n;
+                int end = j1 < visible[r - r0] ? j1 : visible[r - r0];
+                for (int j = j0; j < end; j++) zr[j] = k->dot_f32(dim, q, keys + (size_t)j * dim) * in->attn_scale;
+            }
         }
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < visible; j++) out[j] += scratch[j] * inv;
+        for (int r = r0; r < r1; r++) softmax_accumulate(z + (size_t)(r - r0) * n, visible[r - r0], out);
     }
 }
 
@@ -99,8 +112,23 @@ static bool in_protected(const pkv_press_cfg *cfg, int32_t pos) {
     return false;
 }
 
-int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+/* The layer schedule runs over the pressed layers when the caller says which
+ * they are (full-attention layers only, D.6). */
+static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int n_rows) {
+    if (in->n_press_layers > 0) return pkv_press_layer_budget(cfg, in->press_layer, in->n_press_layers, n_rows);
+    return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
+}
+
+static bool watched(const pkv_press_watch *w, int layer) {
+    return w->fn && (w->layer < 0 || w->layer == layer);
+}
+
+int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pkv_press_selection *sel,
+                  pkv_error *err) {
     const pkv_press_ops *ops = cfg->ops;
+    pkv_press_input in_copy = *in_caller;
+    if (ops->reports_clusters && watched(&cfg->watch, in_copy.layer)) in_copy.watch = &cfg->watch;
+    const pkv_press_input *in = &in_copy;
     memset(sel, 0, sizeof *sel);
     sel->per_query_head = ops->per_query_head && ops->per_query_head(cfg->params);
     sel->n_sel = sel->per_query_head ? in->n_head : in->n_head_kv;
@@ -116,7 +144,7 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
     bool any_compress = false;
     for (int s = 0; s < ns; s++) {
         int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
-        sel->budget[s] = pkv_press_layer_budget(cfg, in->layer, in->n_layers, n);
+        sel->budget[s] = layer_budget(cfg, in, n);
         if (sel->budget[s] < n) any_compress = true;
     }
     /* S0 gate (A.4): a head whose rows fit the budget keeps them all */
@@ -133,10 +161,12 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
     }
 
     int forced_window = ops->forced_window ? ops->forced_window(cfg->params, cfg->window) : 0;
+    /* a schedule may leave a layer nothing but its window (PyramidKV's min can be 0) */
+    bool scheduled = cfg->layer_budget != PKV_LAYER_BUDGET_UNIFORM || cfg->head_budget != PKV_HEAD_BUDGET_UNIFORM;
     for (int s = 0; s < ns; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
-        if (sel->budget[s] < n && sel->budget[s] <= forced_window)
+        if (sel->budget[s] < n && (scheduled ? sel->budget[s] < forced_window : sel->budget[s] <= forced_window))
             return pkv_fail(err, PKV_ERR_ARG,
                             "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
                             "lower the ratio",
@@ -151,6 +181,8 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
         if (sel->budget[s] >= n) memset(sel->forced[s], 1, (size_t)n);
     }
     if (ops->score(cfg->params, in, sel, err)) return -1;
+    if (cfg->head_budget == PKV_HEAD_BUDGET_ADAPTIVE && pkv_press_adaptive_budgets(cfg->adaptive_floor, in, sel, err))
+        return -1;
     if (ops->select) return ops->select(cfg->params, in, sel, err);
     return pkv_press_topk(in, sel, err);
 }

@@ -1,0 +1,415 @@
+/* promptkv bench: speed and memory, measured like llama-bench (src/bench/). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "bench/bench.h"
+#include "commands.h"
+#include "press_args.h"
+
+static const char BENCH_USAGE[] =
+    "usage: promptkv bench -m MODEL [-p LIST] [-n N] [--depths LIST] [options]\n"
+    "       promptkv bench --membw-only [-t N]\n"
+    "\n"
+    "Measures like llama-bench (random token ids, logits of the last prompt token only, a warmup\n"
+    "run, repetitions; t/s is the median, with stddev and min):\n"
+    "  -m, --model F        the model\n"
+    "  -p LIST              prefill tests: prompt lengths, e.g. 512,4096 (default 512; 0: none)\n"
+    "  -n N                 decode test: N steps from an empty cache (default 128; 0: none)\n"
+    "      --depths LIST    decode ms/token after a prompt of each length, e.g. 1024,4096,16384\n"
+    "      --depth-gen N    decode steps timed at each depth (default 32)\n"
+    "      --presses LIST   presses compared at each depth (and in prefill tests), comma-separated\n"
+    "                       NAME[:KEY=VALUE...], e.g. none,snapkv:budget=1024,streamingllm:budget=1024\n"
+    "                       (default none; a --press below is added to the list)\n"
+    "      --separate-prefill  one prefill per press with the press inside it (peak RSS per press);\n"
+    "                       default: one prefill per depth, each press compresses a copy of its cache\n"
+    "  -r N                 repetitions (default 5)\n"
+    "      --no-warmup      skip the warmup run\n"
+    "  -t N                 threads (default: all CPUs)\n"
+    "  -b N                 prefill chunk in tokens (default 512)\n"
+    "      --cache-type T   f16 (default) or f32\n"
+    "      --seed S         seed of the random tokens\n"
+    "      --simd S         auto (default), scalar, avx2, avx512\n"
+    "  -o md|csv            output format (default md)\n"
+    "      --svg FILE       plot decode ms/token against prompt length (with --depths)\n"
+    "      --no-membw       do not measure memory bandwidth (then no bandwidth-bound fraction)\n"
+    "      --membw-size S   bandwidth buffer (default 1G; keep it far above the last-level cache)\n"
+    "      --membw-only     only measure memory read bandwidth with 1..N threads\n"
+    "      --mem CAP        the longest prompt whose KV cache + activations fit in CAP (e.g. 8G),\n"
+    "                       for each press: peak RSS of real prefills at the probe lengths, a linear\n"
+    "                       fit, solved for CAP\n"
+    "      --mem-probe LIST probe lengths for --mem (default 2048,4096; make them exceed the budget)\n";
+
+enum { MAX_LIST = 32 };
+
+typedef struct {
+    int v[MAX_LIST];
+    int n;
+} int_list;
+
+static bool parse_list(const char *cmd, const char *flag, const char *s, long lo, long hi, int_list *out) {
+    out->n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (out->n == MAX_LIST) {
+            cli_error(cmd, "%s: at most %d values", flag, MAX_LIST);
+            return false;
+        }
+        if (!cli_int(cmd, flag, tok, lo, hi, &v)) return false;
+        out->v[out->n++] = (int)v;
+    }
+    if (out->n == 0) {
+        cli_error(cmd, "%s expects a comma-separated list of numbers", flag);
+        return false;
+    }
+    return true;
+}
+
+/* "snapkv:budget=1024:window=32" -> a configured press; NULL (error printed) on a bad one. */
+static pkv_press_cfg *parse_press_entry(const char *cmd, const char *entry) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", entry);
+    char *save = NULL, *name = strtok_r(buf, ":", &save);
+    pkv_error err;
+    pkv_press_cfg *cfg = pkv_press_cfg_new(name ? name : "", &err);
+    if (!cfg) {
+        cli_error(cmd, "--presses: %s", err.msg);
+        return NULL;
+    }
+    for (char *kv = strtok_r(NULL, ":", &save); kv; kv = strtok_r(NULL, ":", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq || eq == kv) {
+            cli_error(cmd, "--presses: '%s' in '%s' is not KEY=VALUE", kv, entry);
+            pkv_press_cfg_free(cfg);
+            return NULL;
+        }
+        *eq = '\0';
+        for (char *p = kv; *p; p++)
+            if (*p == '-') *p = '_';
+        if (pkv_press_cfg_set(cfg, kv, eq + 1, &err)) {
+            cli_error(cmd, "--presses: %s", err.msg);
+            pkv_press_cfg_free(cfg);
+            return NULL;
+        }
+    }
+    if (pkv_press_cfg_check(cfg, &err)) {
+        cli_error(cmd, "--presses: '%s': %s", entry, err.msg);
+        pkv_press_cfg_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+static void show_progress(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "bench: %s\n", line);
+}
+
+/* Each result on stderr as it completes: a long run that is stopped keeps them. */
+static void show_result(void *user, const pkv_bench_result *r) {
+    (void)user;
+    fprintf(stderr, "bench: result: %s | %s | %.3f t/s median (min %.3f) | %.2f ms/token | prefill %.2f s | press %.3f s "
+                    "| cache %llu B (full %llu) | peak RSS %llu B | BW frac %.3f\n",
+            r->test, r->press, r->tok_per_s.median, r->tok_per_s.min, r->ms_per_token.median, r->prefill_seconds,
+            r->press_seconds, (unsigned long long)r->cache_bytes, (unsigned long long)r->cache_bytes_full,
+            (unsigned long long)r->peak_rss, r->bw_fraction);
+}
+
+static double load_average(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+typedef struct {
+    const char *model_path;
+    int_list prompts, depths, probes;
+    int n_gen, depth_gen;
+    bool shared_prefill, csv, membw, membw_only;
+    uint64_t membw_size, mem_cap;
+    const char *svg_path, *csv_path, *presses;
+    pkv_simd simd;
+    press_args pa;
+    pkv_bench_opts o;
+} bench_args;
+
+static int parse_args(bench_args *a, int argc, char **argv) {
+    const char *cmd = "bench", *v;
+    long n;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(BENCH_USAGE, stdout);
+            press_args_usage(stdout);
+            return 1;
+        }
+        int pr = press_args_parse(&a->pa, cmd, argc, argv, &i);
+        if (pr < 0) return -1;
+        if (pr > 0) continue;
+        if (!strcmp(f, "--no-warmup")) a->o.warmup = false;
+        else if (!strcmp(f, "--separate-prefill")) a->shared_prefill = false;
+        else if (!strcmp(f, "--no-membw")) a->membw = false;
+        else if (!strcmp(f, "--membw-only")) a->membw_only = true;
+        else {
+            if (!(v = cli_value(cmd, argc, argv, &i))) return -1;
+            if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model_path = v;
+            else if (!strcmp(f, "-p")) {
+                if (!strcmp(v, "0")) a->prompts.n = 0;
+                else if (!parse_list(cmd, f, v, 1, 1 << 24, &a->prompts)) return -1;
+            } else if (!strcmp(f, "-n")) {
+                if (!cli_int(cmd, f, v, 0, 1 << 20, &n)) return -1;
+                a->n_gen = (int)n;
+            } else if (!strcmp(f, "--depths")) {
+                if (!parse_list(cmd, f, v, 1, 1 << 24, &a->depths)) return -1;
+            } else if (!strcmp(f, "--depth-gen")) {
+                if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
+                a->depth_gen = (int)n;
+            } else if (!strcmp(f, "--presses")) a->presses = v;
+            else if (!strcmp(f, "-r")) {
+                if (!cli_int(cmd, f, v, 1, 1000, &n)) return -1;
+                a->o.reps = (int)n;
+            } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
+                if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
+                a->o.n_threads = (int)n;
+            } else if (!strcmp(f, "-b")) {
+                if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
+                a->o.n_batch = (int)n;
+            } else if (!strcmp(f, "--cache-type")) {
+                if (!cli_cache_type(cmd, v, &a->o.cache_type)) return -1;
+            } else if (!strcmp(f, "--seed")) {
+                if (!cli_u64(cmd, f, v, &a->o.seed)) return -1;
+            } else if (!strcmp(f, "--simd")) {
+                if (!cli_simd(cmd, v, &a->simd)) return -1;
+            } else if (!strcmp(f, "-o")) {
+                if (!strcmp(v, "csv")) a->csv = true;
+                else if (strcmp(v, "md")) {
+                    cli_error(cmd, "-o must be md or csv, got '%s'", v);
+                    return -1;
+                }
+            } else if (!strcmp(f, "--svg")) a->svg_path = v;
+            else if (!strcmp(f, "--csv")) a->csv_path = v;
+            else if (!strcmp(f, "--membw-size")) {
+                if (!cli_size(cmd, f, v, &a->membw_size)) return -1;
+            } else if (!strcmp(f, "--mem")) {
+                if (!cli_size(cmd, f, v, &a->mem_cap)) return -1;
+            } else if (!strcmp(f, "--mem-probe")) {
+                if (!parse_list(cmd, f, v, 1, 1 << 24, &a->probes)) return -1;
+                if (a->probes.n > PKV_BENCH_MAX_PROBES) {
+                    cli_error(cmd, "--mem-probe: at most %d lengths", PKV_BENCH_MAX_PROBES);
+                    return -1;
+                }
+            } else {
+                cli_error(cmd, "unknown option '%s' (see promptkv bench --help)", f);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The presses to compare: --presses entries (default "none"), then --press. */
+static int build_presses(const bench_args *a, pkv_press_cfg **list, int *n) {
+    const char *cmd = "bench";
+    *n = 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", a->presses ? a->presses : "none");
+    for (char *save = NULL, *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LIST) {
+            cli_error(cmd, "--presses: at most %d presses", MAX_LIST);
+            return -1;
+        }
+        if (!(list[*n] = parse_press_entry(cmd, e))) return -1;
+        (*n)++;
+    }
+    if (a->pa.press || a->pa.n_opts) {
+        if (*n == MAX_LIST) {
+            cli_error(cmd, "--presses: at most %d presses", MAX_LIST);
+            return -1;
+        }
+        if (!(list[*n] = press_args_build(&a->pa, cmd))) return -1;
+        (*n)++;
+    }
+    return 0;
+}
+
+static double mib(uint64_t b) { return b / 1048576.0; }
+
+static int run_membw(const bench_args *a, bool print, double *bw_at_threads) {
+    int max_t = pkv_bench_n_threads(&a->o);
+    if (print) printf("memory read bandwidth (%.0f MiB buffer, best of 5 passes):", mib(a->membw_size));
+    for (int t = 1; t <= max_t; t++) {
+        double bw;
+        pkv_error err;
+        if (pkv_bench_membw(a->membw_size, t, 5, &bw, &err)) {
+            cli_error("bench", "%s", err.msg);
+            return -1;
+        }
+        if (print) printf(" %d thread%s %.2f GB/s;", t, t > 1 ? "s" : "", bw / 1e9);
+        if (t == max_t) *bw_at_threads = bw;
+    }
+    if (print) printf("\n");
+    return 0;
+}
+
+static int run_mem(pkv_model *m, const bench_args *a, pkv_press_cfg *const *presses, int n_presses) {
+    pkv_error err;
+    int_list probes = a->probes;
+    if (probes.n == 0) probes = (int_list){{2048, 4096}, 2};
+    if (a->csv)
+        printf("press,cap_bytes,probe_lengths,probe_peak_bytes,probe_cache_bytes,fixed_bytes,bytes_per_token,"
+               "max_tokens\n");
+    else
+        printf("\nlongest prompt whose KV cache + activations fit in %.0f MiB (peak RSS above the weights, "
+               "measured at %d probe lengths and fitted a + b*n):\n\n"
+               "| press | probe peaks MiB | cache KiB/token | a MiB | b KiB/token | max prompt (tokens) | vs none |\n"
+               "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+               mib(a->mem_cap), probes.n);
+    int64_t none_max = 0;
+    for (int p = 0; p < n_presses; p++) {
+        pkv_bench_memfit fit;
+        if (pkv_bench_mem_fit(m, &a->o, a->mem_cap, presses[p], probes.v, probes.n, &fit, &err)) {
+            cli_error("bench", "%s", err.msg);
+            return -1;
+        }
+        if (!strcmp(fit.press, "none")) none_max = fit.max_tokens;
+        char peaks[256] = "";
+        size_t off = 0;
+        for (int i = 0; i < fit.n_probes && off < sizeof peaks; i++) {
+            if (a->csv)
+                off += (size_t)snprintf(peaks + off, sizeof peaks - off, "%s%llu", i ? ";" : "",
+                                        (unsigned long long)fit.probe_peak[i]);
+            else
+                off += (size_t)snprintf(peaks + off, sizeof peaks - off, "%s%d: %.1f", i ? ", " : "",
+                                        fit.probe_len[i], mib(fit.probe_peak[i]));
+        }
+        if (a->csv) {
+            printf("\"%s\",%llu,", fit.press, (unsigned long long)fit.cap);
+            for (int i = 0; i < fit.n_probes; i++) printf("%s%d", i ? ";" : "", fit.probe_len[i]);
+            printf(",%s,", peaks);
+            for (int i = 0; i < fit.n_probes; i++) printf("%s%llu", i ? ";" : "", (unsigned long long)fit.probe_cache[i]);
+            printf(",%.0f,%.1f,%lld\n", fit.fixed_bytes, fit.bytes_per_token, (long long)fit.max_tokens);
+        } else {
+            char ratio[32] = "", cache[32] = "-";
+            if (none_max > 0) snprintf(ratio, sizeof ratio, "%.2fx", (double)fit.max_tokens / none_max);
+            int last = fit.n_probes - 1;
+            if (last > 0 && fit.probe_len[last] != fit.probe_len[0])
+                snprintf(cache, sizeof cache, "%.2f",
+                         ((double)fit.probe_cache[last] - (double)fit.probe_cache[0]) /
+                             (fit.probe_len[last] - fit.probe_len[0]) / 1024.0);
+            printf("| %s | %s | %s | %.1f | %.2f | %lld | %s |\n", fit.press, peaks, cache,
+                   fit.fixed_bytes / 1048576.0, fit.bytes_per_token / 1024.0, (long long)fit.max_tokens, ratio);
+        }
+        if (!fit.rss_reset) fprintf(stderr, "bench: peak RSS could not be reset; probes share one peak\n");
+    }
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    bench_args a;
+    memset(&a, 0, sizeof a);
+    pkv_bench_opts_default(&a.o);
+    a.prompts = (int_list){{512}, 1};
+    a.n_gen = 128;
+    a.depth_gen = 32;
+    a.shared_prefill = true;
+    a.membw = true;
+    a.membw_size = 1ull << 30;
+    int pr = parse_args(&a, argc, argv);
+    if (pr) return pr > 0 ? 0 : EXIT_USAGE;
+    a.o.progress = show_progress;
+    a.o.on_result = show_result;
+    double bw = 0;
+    if (a.membw_only) return run_membw(&a, true, &bw) ? EXIT_RUNTIME : 0;
+    if (!a.model_path) {
+        cli_error(cmd, "a model is required (-m MODEL)");
+        return EXIT_USAGE;
+    }
+    pkv_press_cfg *presses[MAX_LIST] = {0};
+    int n_presses = 0, rc = EXIT_USAGE;
+    pkv_model *m = NULL;
+    pkv_bench_result *res = NULL;
+    if (build_presses(&a, presses, &n_presses)) goto done;
+    rc = EXIT_RUNTIME;
+    if (!(m = cli_load_model(cmd, a.model_path, a.simd))) goto done;
+
+    pkv_model_info mi;
+    pkv_model_get_info(m, &mi);
+    if (!a.csv)
+        printf("model: %s (%s, %.1f M params, %.1f MiB of weights), simd %s, threads %d, load average %.2f\n",
+               a.model_path, mi.name[0] ? mi.name : mi.arch, mi.n_params / 1e6, mib(mi.weight_bytes),
+               pkv_simd_name(pkv_simd_detect()), pkv_bench_n_threads(&a.o), load_average());
+    if (a.mem_cap) {
+        rc = run_mem(m, &a, presses, n_presses) ? EXIT_RUNTIME : 0;
+        goto done;
+    }
+    if (a.membw && (a.n_gen > 0 || a.depths.n > 0)) {
+        if (run_membw(&a, !a.csv, &bw)) goto done;
+        a.o.mem_bw = bw;
+    }
+    int n_res = a.prompts.n * n_presses + (a.n_gen > 0) + a.depths.n * n_presses, k = 0;
+    res = calloc((size_t)(n_res ? n_res : 1), sizeof *res);
+    if (!res) {
+        cli_error(cmd, "out of memory");
+        goto done;
+    }
+    pkv_error err;
+    for (int i = 0; i < a.prompts.n; i++)
+        for (int p = 0; p < n_presses; p++)
+            if (pkv_bench_prefill(m, &a.o, a.prompts.v[i], presses[p], &res[k++], &err)) goto fail;
+    if (a.n_gen > 0 && pkv_bench_decode(m, &a.o, a.n_gen, &res[k++], &err)) goto fail;
+    if (a.depths.n > 0) {
+        if (pkv_bench_depths(m, &a.o, a.depths.v, a.depths.n, a.depth_gen, (const pkv_press_cfg *const *)presses,
+                             n_presses, a.shared_prefill, &res[k], &err))
+            goto fail;
+        k += a.depths.n * n_presses;
+    }
+    if (a.csv) pkv_bench_print_csv(stdout, res, k);
+    else {
+        printf("\n");
+        pkv_bench_print_table(stdout, res, k);
+    }
+    if (a.csv_path) {
+        FILE *f = fopen(a.csv_path, "w");
+        if (!f) {
+            cli_error(cmd, "cannot create %s", a.csv_path);
+            goto done;
+        }
+        pkv_bench_print_csv(f, res, k);
+        if (fclose(f) != 0) {
+            cli_error(cmd, "cannot write %s", a.csv_path);
+            goto done;
+        }
+    }
+    if (a.svg_path) {
+        FILE *f = fopen(a.svg_path, "w");
+        if (!f) {
+            cli_error(cmd, "cannot create %s", a.svg_path);
+            goto done;
+        }
+        char title[300];
+        snprintf(title, sizeof title, "%s: decode latency vs prompt length, %d threads",
+                 mi.name[0] ? mi.name : a.model_path, res[0].n_threads);
+        pkv_bench_write_svg(f, res, k, title);
+        if (fclose(f) != 0) {
+            cli_error(cmd, "cannot write %s", a.svg_path);
+            goto done;
+        }
+    }
+    rc = 0;
+    goto done;
+fail:
+    cli_error(cmd, "%s", err.msg);
+done:
+    free(res);
+    for (int p = 0; p < n_presses; p++) pkv_press_cfg_free(presses[p]);
+    pkv_model_free(m);
+    return rc;
+}

@@ -1,0 +1,855 @@
+/*
+ * promptkv eval: the offline long-context suite (evaluation.md §5). Sweeps
+ * tasks x lengths x samples (and the needle grid) over presses, budgets,
+ * ratios and modes with one prefill per sample, appends one JSON line per
+ * result, and writes the summary tables and plots. Resumable (--resume) and,
+ * built with MPI=1, sharded over MPI ranks.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef PKV_MPI
+#include <mpi.h>
+#endif
+
+#include "args.h"
+#include "commands.h"
+#include "eval/json.h"
+#include "eval/report.h"
+#include "eval/sweep.h"
+#include "eval/text.h"
+
+static const char EVAL_USAGE[] =
+    "usage: promptkv eval -m MODEL [options]\n"
+    "\n"
+    "Offline long-context benchmarks (RULER-synth, needle in a haystack, LongEval-Lines) under\n"
+    "every press and budget, against the full cache. One prefill per sample serves every config.\n"
+    "Writes DIR/results.jsonl (one line per sample, mode and config), DIR/summary.md, summary.csv,\n"
+    "timing.csv, niah_*.csv and SVG plots.\n"
+    "\n"
+    "  -m, --model PATH       GGUF model\n"
+    "      --tasks LIST       task names, or tier1 (default), ruler, grid, all; --list-tasks shows them\n"
+    "      --lengths LIST     token lengths of the RULER-style tasks (default 1024,2048)\n"
+    "      --samples N        samples per task and length (default 5)\n"
+    "      --niah-lengths L   lengths of the needle grid (default 512,1024,2048)\n"
+    "      --niah-depths LIST depths in percent (default 0,25,50,75,100)\n"
+    "      --niah-samples N   samples per grid cell (default 1)\n"
+    "      --press LIST       presses (default none,snapkv,streamingllm,h2o,tova,knorm,random and any\n"
+    "                         other registered press); the full cache always runs\n"
+    "      --budgets LIST     rows kept per head per layer (default 64,128,256,512)\n"
+    "      --ratios LIST      fractions removed, e.g. 0.5,0.75,0.875 (default none)\n"
+    "      --ratio-presses L  presses that also run at the ratios (default: every press); the\n"
+    "                         others run at the budgets only, e.g. baselines as floors\n"
+    "      --mode LIST        query_agnostic (default), query_aware, or both comma-separated\n"
+    "      --window W         observation window of every press that has one (default 32)\n"
+    "      --kernel K         pooling kernel of presses that pool (snapkv)\n"
+    "      --pool avg|max     pooling of presses that pool\n"
+    "      --press-opt K=V    an option for every press that has it; PRESS.K=V for one press\n"
+    "      --agree-k K        generated tokens compared with the full cache (default 8, 0: off)\n"
+    "      --seed S           base seed of the generators (default 0)\n"
+    "  -o, --out DIR          output directory (default eval-out)\n"
+    "      --resume           continue DIR's run, skipping finished lines\n"
+    "      --force            delete DIR's results and start over\n"
+    "      --report-only      only rewrite the summary and plots from DIR/results.jsonl\n"
+    "  -t, --threads N        threads (default: all CPUs, shared among MPI ranks on a node)\n"
+    "      --simd L           auto, scalar, avx2, avx512\n"
+    "      --list-tasks       the tasks and what they test\n"
+    "  -h, --help             this help\n"
+#ifdef PKV_MPI
+    "\nBuilt with MPI: under mpirun, ranks share the samples and rank 0 merges the results.\n"
+#endif
+    ;
+
+static volatile sig_atomic_t g_stop;       /* SIGINT/SIGTERM: the CLI's only signal state */
+static pkv_eval_runner *volatile g_runner; /* the runner a signal should interrupt */
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+    if (g_runner) pkv_eval_runner_interrupt(g_runner);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+enum { MAX_LIST = 64, MAX_CONFIGS = 512 };
+
+typedef struct {
+    const char *model_path;
+    const char *out_dir;
+    const pkv_eval_task *tasks[MAX_LIST];
+    int n_tasks;
+    int lengths[MAX_LIST], n_lengths;
+    int samples;
+    int grid_lengths[MAX_LIST], n_grid_lengths;
+    double grid_depths[MAX_LIST];
+    int n_grid_depths;
+    int grid_samples;
+    char presses[MAX_LIST][32];
+    int n_presses;
+    int budgets[MAX_LIST], n_budgets;
+    double ratios[MAX_LIST];
+    int n_ratios;
+    char ratio_presses[MAX_LIST][32]; /* presses run at the ratios; n_ratio_presses < 0: all */
+    int n_ratio_presses;
+    pkv_eval_mode modes[2];
+    int n_modes;
+    const char *opts[MAX_LIST];
+    int n_opts;
+    char opt_store[MAX_LIST][96];
+    int window;
+    int agree_k;
+    uint64_t seed;
+    bool resume, force, report_only;
+    int threads;
+    pkv_simd simd;
+} eval_args;
+
+/* ---------------------------------------------------------------- argument lists */
+
+/* Splits a comma list into items (in place in a copy); returns the count or -1. */
+static int split_list(const char *cmd, const char *flag, const char *s, char items[][96], int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len == 0 || len >= 96) {
+            cli_error(cmd, "%s: bad list item in '%s'", flag, s);
+            return -1;
+        }
+        if (n == max) {
+            cli_error(cmd, "%s: more than %d items", flag, max);
+            return -1;
+        }
+        memcpy(items[n], p, len);
+        items[n++][len] = '\0';
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (n == 0) cli_error(cmd, "%s needs at least one item", flag);
+    return n ? n : -1;
+}
+
+static int int_list(const char *flag, const char *s, long lo, long hi, int *out) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", flag, s, items, MAX_LIST);
+    for (int i = 0; i < n; i++) {
+        long v;
+        if (!cli_int("eval", flag, items[i], lo, hi, &v)) return -1;
+        out[i] = (int)v;
+    }
+    return n;
+}
+
+static int float_list(const char *flag, const char *s, double lo, double hi, double *out) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", flag, s, items, MAX_LIST);
+    for (int i = 0; i < n; i++)
+        if (!cli_float("eval", flag, items[i], lo, hi, &out[i])) return -1;
+    return n;
+}
+
+static const char *const TIER1[] = {"niah_single_1",
+                                    "niah_single_2",
+                                    "niah_single_3",
+                                    "niah_multikey_2",
+                                    "niah_multivalue",
+                                    "niah_multiquery",
+                                    "vt",
+                                    "fwe",
+                                    "cwe",
+                                    "longeval_lines",
+                                    "niah_passkey_essay",
+                                    "niah_classic"};
+
+static int add_task(eval_args *a, const pkv_eval_task *t) {
+    for (int i = 0; i < a->n_tasks; i++)
+        if (a->tasks[i] == t) return 0;
+    if (a->n_tasks == MAX_LIST) return -1;
+    a->tasks[a->n_tasks++] = t;
+    return 0;
+}
+
+static int parse_tasks(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--tasks", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    a->n_tasks = 0;
+    for (int i = 0; i < n; i++) {
+        const char *it = items[i];
+        if (!strcmp(it, "tier1")) {
+            for (size_t k = 0; k < sizeof TIER1 / sizeof TIER1[0]; k++) add_task(a, pkv_eval_task_find(TIER1[k]));
+        } else if (!strcmp(it, "all") || !strcmp(it, "ruler") || !strcmp(it, "grid")) {
+            for (int k = 0; k < pkv_eval_task_count(); k++) {
+                const pkv_eval_task *t = pkv_eval_task_get(k);
+                bool want =
+                    !strcmp(it, "all") || (!strcmp(it, "grid") ? t->grid : (!t->grid && t->kind != PKV_TASK_LONGEVAL));
+                if (want) add_task(a, t);
+            }
+        } else {
+            const pkv_eval_task *t = pkv_eval_task_find(it);
+            if (!t) {
+                cli_error("eval", "unknown task '%s' (see promptkv eval --list-tasks)", it);
+                return -1;
+            }
+            add_task(a, t);
+        }
+    }
+    return 0;
+}
+
+static int parse_presses(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--press", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    a->n_presses = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name, *summary;
+        bool known = false;
+        for (int k = 0; pkv_press_list(k, &name, &summary) && !known; k++) known = !strcmp(name, items[i]);
+        if (!known) {
+            cli_error("eval", "unknown press '%s' (see promptkv run --help-press)", items[i]);
+            return -1;
+        }
+        snprintf(a->presses[a->n_presses++], sizeof a->presses[0], "%.31s", items[i]);
+    }
+    return 0;
+}
+
+/* --ratio-presses: names only; that each one is in --press is checked once all flags are read. */
+static int parse_ratio_presses(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--ratio-presses", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) snprintf(a->ratio_presses[i], sizeof a->ratio_presses[0], "%.31s", items[i]);
+    a->n_ratio_presses = n;
+    return 0;
+}
+
+static bool is_listed(const char (*names)[32], int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return true;
+    return false;
+}
+
+/* Whether a press runs at the ratios as well as at the budgets. */
+static bool runs_ratios(const eval_args *a, const char *press) {
+    return a->n_ratio_presses < 0 || is_listed(a->ratio_presses, a->n_ratio_presses, press);
+}
+
+static int add_opt(eval_args *a, const char *key, const char *value) {
+    if (a->n_opts == MAX_LIST) {
+        cli_error("eval", "too many press options");
+        return -1;
+    }
+    if (key)
+        snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s=%s", key, value);
+    else
+        snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s", value);
+    if (!strchr(a->opt_store[a->n_opts], '=')) {
+        cli_error("eval", "--press-opt expects KEY=VALUE or PRESS.KEY=VALUE, got '%s'", value);
+        return -1;
+    }
+    a->opts[a->n_opts] = a->opt_store[a->n_opts];
+    a->n_opts++;
+    return 0;
+}
+
+static void defaults(eval_args *a) {
+    memset(a, 0, sizeof *a);
+    a->out_dir = "eval-out";
+    a->lengths[0] = 1024, a->lengths[1] = 2048, a->n_lengths = 2;
+    a->samples = 5;
+    a->grid_lengths[0] = 512, a->grid_lengths[1] = 1024, a->grid_lengths[2] = 2048, a->n_grid_lengths = 3;
+    for (int i = 0; i < 5; i++) a->grid_depths[i] = 25.0 * i;
+    a->n_grid_depths = 5;
+    a->grid_samples = 1;
+    const char *name, *summary;
+    for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++)
+        snprintf(a->presses[a->n_presses++], sizeof a->presses[0], "%.31s", name);
+    int b[] = {64, 128, 256, 512};
+    for (int i = 0; i < 4; i++) a->budgets[i] = b[i];
+    a->n_budgets = 4;
+    a->modes[0] = PKV_EVAL_QUERY_AGNOSTIC;
+    a->n_modes = 1;
+    a->n_ratio_presses = -1;
+    a->window = 32;
+    a->agree_k = 8;
+}
+
+static void list_tasks(void) {
+    puts("tasks (tier1 = the development suite of evaluation.md §5.2):");
+    for (int k = 0; k < pkv_eval_task_count(); k++) {
+        const pkv_eval_task *t = pkv_eval_task_get(k);
+        bool tier1 = false;
+        for (size_t i = 0; i < sizeof TIER1 / sizeof TIER1[0]; i++) tier1 |= !strcmp(TIER1[i], t->name);
+        printf("  %-20s %s%s (decode cap %d)\n", t->name, t->summary, tier1 ? " [tier1]" : "", t->max_new_tokens);
+    }
+}
+
+static int parse_args(int argc, char **argv, eval_args *a) {
+    const char *cmd = "eval";
+    defaults(a);
+    bool tasks_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        long n;
+#define VALUE()                                                                                                        \
+    if (!(v = cli_value(cmd, argc, argv, &i))) return -1
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(EVAL_USAGE, stdout);
+            return 1;
+        } else if (!strcmp(f, "--list-tasks")) {
+            list_tasks();
+            return 1;
+        } else if (!strcmp(f, "-m") || !strcmp(f, "--model")) {
+            VALUE();
+            a->model_path = v;
+        } else if (!strcmp(f, "-o") || !strcmp(f, "--out")) {
+            VALUE();
+            a->out_dir = v;
+        } else if (!strcmp(f, "--tasks")) {
+            VALUE();
+            if (parse_tasks(a, v)) return -1;
+            tasks_given = true;
+        } else if (!strcmp(f, "--lengths")) {
+            VALUE();
+            if ((a->n_lengths = int_list(f, v, 64, 1 << 20, a->lengths)) < 0) return -1;
+        } else if (!strcmp(f, "--samples")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 100000, &n)) return -1;
+            a->samples = (int)n;
+        } else if (!strcmp(f, "--niah-lengths")) {
+            VALUE();
+            if ((a->n_grid_lengths = int_list(f, v, 64, 1 << 20, a->grid_lengths)) < 0) return -1;
+        } else if (!strcmp(f, "--niah-depths")) {
+            VALUE();
+            if ((a->n_grid_depths = float_list(f, v, 0.0, 100.0, a->grid_depths)) < 0) return -1;
+        } else if (!strcmp(f, "--niah-samples")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 100000, &n)) return -1;
+            a->grid_samples = (int)n;
+        } else if (!strcmp(f, "--press")) {
+            VALUE();
+            if (parse_presses(a, v)) return -1;
+        } else if (!strcmp(f, "--budgets")) {
+            VALUE();
+            if (!strcmp(v, "none"))
+                a->n_budgets = 0;
+            else if ((a->n_budgets = int_list(f, v, 1, 1 << 24, a->budgets)) < 0)
+                return -1;
+        } else if (!strcmp(f, "--ratios")) {
+            VALUE();
+            if (!strcmp(v, "none"))
+                a->n_ratios = 0;
+            else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0)
+                return -1;
+        } else if (!strcmp(f, "--ratio-presses")) {
+            VALUE();
+            if (parse_ratio_presses(a, v)) return -1;
+        } else if (!strcmp(f, "--mode")) {
+            VALUE();
+            char items[4][96];
+            int k = split_list(cmd, f, v, items, 4);
+            if (k < 0) return -1;
+            a->n_modes = 0;
+            for (int j = 0; j < k; j++) {
+                pkv_eval_mode m;
+                if (!strcmp(items[j], "query_agnostic"))
+                    m = PKV_EVAL_QUERY_AGNOSTIC;
+                else if (!strcmp(items[j], "query_aware"))
+                    m = PKV_EVAL_QUERY_AWARE;
+                else {
+                    cli_error(cmd, "--mode must be query_agnostic and/or query_aware, got '%s'", items[j]);
+                    return -1;
+                }
+                bool dup = false;
+                for (int d = 0; d < a->n_modes; d++) dup |= a->modes[d] == m;
+                if (!dup) a->modes[a->n_modes++] = m;
+            }
+        } else if (!strcmp(f, "--window")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
+            a->window = (int)n;
+            if (add_opt(a, "window", v)) return -1;
+        } else if (!strcmp(f, "--kernel") || !strcmp(f, "--pool")) {
+            VALUE();
+            if (add_opt(a, f + 2, v)) return -1;
+        } else if (!strcmp(f, "--press-opt")) {
+            VALUE();
+            if (add_opt(a, NULL, v)) return -1;
+        } else if (!strcmp(f, "--agree-k")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 0, 4096, &n)) return -1;
+            a->agree_k = (int)n;
+        } else if (!strcmp(f, "--seed")) {
+            VALUE();
+            if (!cli_u64(cmd, f, v, &a->seed)) return -1;
+        } else if (!strcmp(f, "--resume")) {
+            a->resume = true;
+        } else if (!strcmp(f, "--force")) {
+            a->force = true;
+        } else if (!strcmp(f, "--report-only")) {
+            a->report_only = true;
+        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
+            a->threads = (int)n;
+        } else if (!strcmp(f, "--simd")) {
+            VALUE();
+            if (!cli_simd(cmd, v, &a->simd)) return -1;
+        } else {
+            cli_error(cmd, "unknown option '%s' (see promptkv eval --help)", f);
+            return -1;
+        }
+#undef VALUE
+    }
+    if (!tasks_given && parse_tasks(a, "tier1")) return -1;
+    if (!a->model_path && !a->report_only) {
+        cli_error(cmd, "a model is required (-m MODEL)");
+        return -1;
+    }
+    if (a->resume && a->force) {
+        cli_error(cmd, "give at most one of --resume and --force");
+        return -1;
+    }
+    for (int i = 0; i < a->n_ratio_presses; i++)
+        if (!is_listed(a->presses, a->n_presses, a->ratio_presses[i])) {
+            cli_error(cmd, "--ratio-presses: '%s' is not among the presses of --press", a->ratio_presses[i]);
+            return -1;
+        }
+    for (int i = 0; i < a->n_budgets; i++)
+        if (a->budgets[i] <= a->window) {
+            cli_error(cmd, "budget %d must be larger than the observation window %d (see --window)", a->budgets[i],
+                      a->window);
+            return -1;
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- configs */
+
+static int build_configs(const eval_args *a, pkv_eval_config *configs, int *n) {
+    pkv_error err;
+    *n = 0;
+    if (pkv_eval_config_init(&configs[(*n)++], "none", 0, 0, NULL, 0, &err)) goto fail;
+    for (int p = 0; p < a->n_presses; p++) {
+        if (!strcmp(a->presses[p], "none")) continue;
+        int n_sizes = a->n_budgets + (runs_ratios(a, a->presses[p]) ? a->n_ratios : 0);
+        for (int b = 0; b < n_sizes; b++) {
+            if (*n == MAX_CONFIGS) {
+                cli_error("eval", "more than %d configurations", MAX_CONFIGS);
+                return -1;
+            }
+            int budget = b < a->n_budgets ? a->budgets[b] : 0;
+            double ratio = b < a->n_budgets ? 0 : a->ratios[b - a->n_budgets];
+            if (pkv_eval_config_init(&configs[*n], a->presses[p], budget, ratio, a->opts, a->n_opts, &err)) goto fail;
+            (*n)++;
+        }
+    }
+    return 0;
+fail:
+    cli_error("eval", "%s", err.msg);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- files */
+
+static void path_in(char *buf, size_t len, const char *dir, const char *name) {
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+static int make_dir(const char *dir) {
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        cli_error("eval", "%s: cannot create the output directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static bool file_nonempty(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+static char *command_line(int argc, char **argv) {
+    pkv_sbuf b = {0};
+    pkv_sbuf_puts(&b, "promptkv");
+    for (int i = 0; i < argc; i++) {
+        pkv_sbuf_puts(&b, " ");
+        bool plain = argv[i][0] != '\0';
+        for (const char *p = argv[i]; *p && plain; p++) plain = !strchr(" \t\"'$\\*?;&|<>()", *p);
+        if (plain)
+            pkv_sbuf_puts(&b, argv[i]);
+        else {
+            pkv_sbuf_puts(&b, "'");
+            pkv_sbuf_puts(&b, argv[i]);
+            pkv_sbuf_puts(&b, "'");
+        }
+    }
+    return pkv_sbuf_take(&b);
+}
+
+/* run.json: what must not change when a run is resumed (model, seed). */
+static int check_or_write_manifest(const eval_args *a, const char *name, const char *command, bool fresh) {
+    char path[4096];
+    path_in(path, sizeof path, a->out_dir, "run.json");
+    struct stat st;
+    long long model_bytes = stat(a->model_path, &st) == 0 ? (long long)st.st_size : -1;
+    size_t len;
+    char *old = fresh ? NULL : cli_read_file("eval", path, &len);
+    if (old) {
+        pkv_json *j = pkv_json_parse(old, len);
+        free(old);
+        const char *m = pkv_json_get_str(j, "model", "");
+        double bytes = pkv_json_get_num(j, "model_bytes", -1), seed = pkv_json_get_num(j, "seed", -1);
+        bool same = !strcmp(m, name) && (long long)bytes == model_bytes && (uint64_t)seed == a->seed;
+        if (!same)
+            cli_error("eval",
+                      "%s holds a run of model '%s' (%.0f bytes) with seed %.0f; this is '%s' (%lld bytes) "
+                      "with seed %llu (use another --out, or --force to start over)",
+                      a->out_dir, m, bytes, seed, name, model_bytes, (unsigned long long)a->seed);
+        pkv_json_free(j);
+        return same ? 0 : -1;
+    }
+    pkv_sbuf b = {0};
+    pkv_sbuf_puts(&b, "{\"model\":");
+    pkv_json_str(&b, name);
+    pkv_sbuf_printf(&b, ",\"model_bytes\":%lld,\"seed\":%llu,\"prose_seed\":%llu,\"command\":", model_bytes,
+                    (unsigned long long)a->seed, (unsigned long long)PKV_PROSE_SEED);
+    pkv_json_str(&b, command);
+    pkv_sbuf_puts(&b, "}\n");
+    FILE *f = fopen(path, "wb");
+    int rc = f && !b.failed && fwrite(b.data, 1, b.len, f) == b.len ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    pkv_sbuf_free(&b);
+    if (rc) cli_error("eval", "%s: cannot write", path);
+    return rc;
+}
+
+/* A text field of dir/run.json (the run's first command, the model's name); NULL when absent. */
+static char *recorded_field(const char *dir, const char *field) {
+    char path[4096];
+    path_in(path, sizeof path, dir, "run.json");
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    size_t len;
+    char *text = cli_read_file("eval", path, &len);
+    if (!text) return NULL;
+    pkv_json *j = pkv_json_parse(text, len);
+    free(text);
+    const char *c = pkv_json_get_str(j, field, NULL);
+    char *out = c ? pkv_strdup(c) : NULL;
+    pkv_json_free(j);
+    return out;
+}
+
+/* ---------------------------------------------------------------- progress */
+
+typedef struct {
+    bool tty;
+    int rank, n_ranks;
+    double last_draw;
+} progress_state;
+
+static void format_eta(double s, char *buf, size_t len) {
+    if (!(s >= 0) || s > 1e7)
+        snprintf(buf, len, "--");
+    else if (s >= 3600)
+        snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else
+        snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+static void on_progress(void *user, const pkv_eval_progress *p) {
+    progress_state *ps = user;
+    double eta = p->done > 0 ? p->elapsed / p->done * (p->total - p->done) : -1;
+    char eta_s[32];
+    format_eta(eta, eta_s, sizeof eta_s);
+    int pct = p->total ? (int)(100.0 * p->done / p->total) : 100;
+    char what[160];
+    if (p->unit->task->grid)
+        snprintf(what, sizeof what, "%s L=%d depth %g s%d %s", p->unit->task->name, p->unit->length, p->unit->depth,
+                 p->unit->sample, pkv_eval_mode_name(p->mode));
+    else
+        snprintf(what, sizeof what, "%s L=%d s%d %s", p->unit->task->name, p->unit->length, p->unit->sample,
+                 pkv_eval_mode_name(p->mode));
+    if (ps->tty && ps->rank == 0) {
+        double now = now_seconds();
+        if (p->last && now - ps->last_draw < 0.2 && p->done < p->total) return;
+        ps->last_draw = now;
+        char bar[31];
+        int fill = p->total ? 30 * p->done / p->total : 30;
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '-';
+        bar[30] = '\0';
+        fprintf(stderr, "\r\033[K[%s] %d/%d %3d%% ETA %s  %s%s%s", bar, p->done, p->total, pct, eta_s, what,
+                p->last ? " " : "", p->last ? p->last->config->label : "");
+        fflush(stderr);
+    } else if (!ps->tty && !p->last) {
+        /* plain lines: one per sample and mode, when it starts */
+        if (ps->n_ranks > 1) fprintf(stderr, "[rank %d] ", ps->rank);
+        fprintf(stderr, "[%d/%d %d%% ETA %s] %s\n", p->done, p->total, pct, eta_s, what);
+    }
+}
+
+/* ---------------------------------------------------------------- MPI */
+
+typedef struct {
+    int rank, size, local_size;
+} ranks;
+
+static void ranks_init(int *argc, char ***argv, ranks *r) {
+    r->rank = 0, r->size = 1, r->local_size = 1;
+#ifdef PKV_MPI
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r->size);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &local);
+    MPI_Comm_size(local, &r->local_size);
+    MPI_Comm_free(&local);
+#else
+    (void)argc, (void)argv;
+#endif
+}
+
+/* The worst status of all ranks (a collective: every rank calls it). */
+static int ranks_max(int status) {
+#ifdef PKV_MPI
+    int out = status;
+    MPI_Allreduce(&status, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return out;
+#else
+    return status;
+#endif
+}
+
+static void ranks_finish(void) {
+#ifdef PKV_MPI
+    MPI_Finalize();
+#endif
+}
+
+/* ---------------------------------------------------------------- the command */
+
+static int report(const eval_args *a, const char *name, const char *command) {
+    char results[4096];
+    path_in(results, sizeof results, a->out_dir, "results.jsonl");
+    pkv_error err;
+    pkv_eval_report_opts ro = {results, a->out_dir, name, command};
+    if (pkv_eval_report(&ro, &err)) {
+        cli_error("eval", "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Rank 0 before the sweep: start over or pick up what an earlier run left. */
+static int prepare_dir(const eval_args *a, const char *name, const char *command) {
+    char results[4096], part[4200];
+    path_in(results, sizeof results, a->out_dir, "results.jsonl");
+    if (make_dir(a->out_dir)) return -1;
+    if (a->force) {
+        remove(results);
+        for (int r = 0; r < 4096; r++) { /* parts of any earlier run, whatever its number of ranks */
+            snprintf(part, sizeof part, "%s.part%d", results, r);
+            remove(part);
+        }
+    } else if (!a->resume && file_nonempty(results)) {
+        cli_error("eval", "%s already holds results: --resume to continue, --force to start over", a->out_dir);
+        return -1;
+    }
+    if (check_or_write_manifest(a, name, command, a->force || !file_nonempty(results))) return -1;
+    pkv_error err;
+    if (pkv_jsonl_truncate_partial(results, &err)) {
+        cli_error("eval", "%s", err.msg);
+        return -1;
+    }
+    /* parts of an interrupted MPI run (any number of ranks) */
+    pkv_key_set keys = {0};
+    int rc = pkv_jsonl_load_keys(results, &keys, &err);
+    for (int r = 0; r < 4096 && rc == 0; r++) {
+        snprintf(part, sizeof part, "%s.part%d", results, r);
+        if (access(part, F_OK) == 0) rc = pkv_jsonl_merge(results, part, &keys, &err);
+    }
+    pkv_key_set_free(&keys);
+    if (rc) cli_error("eval", "%s", err.msg);
+    return rc;
+}
+
+/* Rank 0 after the sweep: merge the parts, put the file in canonical order. */
+static int finish_dir(const eval_args *a, const pkv_eval_plan *plan, int n_ranks) {
+    char results[4096], part[4200];
+    path_in(results, sizeof results, a->out_dir, "results.jsonl");
+    pkv_error err;
+    pkv_key_set keys = {0};
+    int rc = pkv_jsonl_load_keys(results, &keys, &err);
+    for (int r = 0; r < n_ranks && rc == 0; r++) {
+        snprintf(part, sizeof part, "%s.part%d", results, r);
+        if (access(part, F_OK) == 0) rc = pkv_jsonl_merge(results, part, &keys, &err);
+    }
+    pkv_key_set_free(&keys);
+    if (rc == 0) rc = pkv_jsonl_normalize(results, plan, &err);
+    if (rc) cli_error("eval", "%s", err.msg);
+    return rc;
+}
+
+static int max_length(const eval_args *a) {
+    int m = 0;
+    bool grid = false, plain = false;
+    for (int t = 0; t < a->n_tasks; t++) {
+        if (a->tasks[t]->grid)
+            grid = true;
+        else
+            plain = true;
+    }
+    for (int i = 0; i < a->n_lengths && plain; i++)
+        if (a->lengths[i] > m) m = a->lengths[i];
+    for (int i = 0; i < a->n_grid_lengths && grid; i++)
+        if (a->grid_lengths[i] > m) m = a->grid_lengths[i];
+    return m;
+}
+
+int cmd_eval(int argc, char **argv) {
+    ranks rk;
+    ranks_init(&argc, &argv, &rk);
+    eval_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) {
+        ranks_finish();
+        return rc > 0 ? 0 : EXIT_USAGE;
+    }
+    char name[256];
+    char *command = command_line(argc, argv);
+    if (a.report_only) {
+        char *recorded = recorded_field(a.out_dir, "model");
+        if (a.model_path)
+            cli_model_id(a.model_path, name, sizeof name);
+        else
+            snprintf(name, sizeof name, "%s", recorded ? recorded : "model");
+        free(recorded);
+        char *cmdline = recorded_field(a.out_dir, "command");
+        int code = rk.rank == 0 && report(&a, name, cmdline ? cmdline : command) ? EXIT_RUNTIME : 0;
+        free(cmdline);
+        free(command);
+        ranks_finish();
+        return code;
+    }
+    cli_model_id(a.model_path, name, sizeof name);
+
+    static pkv_eval_config configs[MAX_CONFIGS];
+    int n_configs = 0;
+    if (build_configs(&a, configs, &n_configs)) {
+        for (int i = 0; i < n_configs; i++) pkv_eval_config_free(&configs[i]);
+        free(command);
+        ranks_finish();
+        return EXIT_USAGE;
+    }
+    pkv_eval_plan plan = {a.tasks,        a.n_tasks,        a.lengths,     a.n_lengths,     a.samples,
+                          a.grid_lengths, a.n_grid_lengths, a.grid_depths, a.n_grid_depths, a.grid_samples,
+                          a.modes,        a.n_modes,        configs,       n_configs,       a.seed};
+    int exit_code = 0;
+    pkv_model *model = NULL;
+    char results[4096], rows_path[4200];
+    path_in(results, sizeof results, a.out_dir, "results.jsonl");
+    if (rk.size > 1)
+        snprintf(rows_path, sizeof rows_path, "%s.part%d", results, rk.rank);
+    else
+        snprintf(rows_path, sizeof rows_path, "%s", results);
+
+    /* rank 0 prepares the directory; everyone then reads what is done */
+    int status = rk.rank == 0 ? (prepare_dir(&a, name, command) ? 1 : 0) : 0;
+    if (ranks_max(status)) {
+        exit_code = EXIT_RUNTIME;
+        goto done;
+    }
+    model = cli_load_model("eval", a.model_path, a.simd);
+    if (ranks_max(model ? 0 : 1)) {
+        exit_code = EXIT_RUNTIME;
+        goto done;
+    }
+    pkv_key_set done_keys = {0};
+    pkv_error err;
+    status = pkv_jsonl_load_keys(results, &done_keys, &err) ? 1 : 0;
+    if (status) cli_error("eval", "%s", err.msg);
+
+    int n_units;
+    pkv_eval_unit *units = pkv_eval_plan_units(&plan, &n_units);
+    free(units);
+    if (rk.rank == 0)
+        fprintf(stderr, "eval: %s, %d samples x %d mode(s) x %d configs = %d result lines, %d already done%s\n", name,
+                n_units, a.n_modes, n_configs, n_units * a.n_modes * n_configs, done_keys.n,
+                rk.size > 1 ? " (shared among ranks)" : "");
+
+    int threads = a.threads;
+    if (threads <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cpus > 0 ? cpus : 1) / (rk.local_size > 0 ? rk.local_size : 1);
+        if (threads < 1) threads = 1;
+    }
+    bool attn_sums = false;
+    for (int i = 0; i < n_configs; i++) attn_sums |= !strcmp(configs[i].press, "h2o");
+    progress_state ps = {isatty(STDERR_FILENO), rk.rank, rk.size, 0};
+    pkv_eval_sweep_opts so = {
+        .model = model,
+        .runner = {.n_threads = threads,
+                   .n_ctx = max_length(&a) + 64,
+                   .keep_window = a.window,
+                   .attn_sums = attn_sums,
+                   .agree_k = a.agree_k,
+                   .stop = &g_stop},
+        .rows_path = rows_path,
+        .rank = rk.rank,
+        .n_ranks = rk.size,
+        .done = &done_keys,
+        .progress = on_progress,
+        .user = &ps,
+        .stop = &g_stop,
+        .running = &g_runner,
+    };
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    double t0 = now_seconds();
+    if (status == 0 && pkv_eval_sweep(&plan, &so, &err)) {
+        status = err.code == PKV_ERR_INTERRUPTED ? 2 : 1;
+        if (ps.tty && rk.rank == 0) fputc('\n', stderr);
+        if (status == 1) cli_error("eval", "%s", err.msg);
+    } else if (ps.tty && rk.rank == 0) {
+        fputc('\n', stderr);
+    }
+    pkv_key_set_free(&done_keys);
+    status = ranks_max(status);
+    /* rank 0: merge, order, summarise what there is, even after an interrupt */
+    if (rk.rank == 0) {
+        if (finish_dir(&a, &plan, rk.size) == 0 && file_nonempty(results)) {
+            char *cmdline = recorded_field(a.out_dir, "command");
+            if (report(&a, name, cmdline ? cmdline : command) == 0)
+                fprintf(stderr, "eval: %.0f s; results in %s (summary.md, summary.csv, plots)\n", now_seconds() - t0,
+                        a.out_dir);
+            else if (status == 0)
+                status = 1;
+            free(cmdline);
+        }
+        if (status == 2) fprintf(stderr, "eval: interrupted; resume with the same command plus --resume\n");
+    }
+    exit_code = status == 0 ? 0 : status == 2 ? EXIT_INTERRUPTED : EXIT_RUNTIME;
+done:
+    for (int i = 0; i < n_configs; i++) pkv_eval_config_free(&configs[i]);
+    pkv_model_free(model);
+    free(command);
+    ranks_finish();
+    return exit_code;
+}

@@ -1,0 +1,370 @@
+/* The timed runs: prefill (ppN), decode from an empty cache (tgN) and decode
+ * at a depth after a press (bench.h; llama-bench's definitions,
+ * engine-notes.md §6.3). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/bench.h"
+#include "error.h"
+#include "model.h"
+#include "press.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+__attribute__((format(printf, 2, 3))) static void progress(const pkv_bench_opts *o, const char *fmt, ...) {
+    if (!o->progress) return;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    o->progress(o->progress_user, line);
+}
+
+static void report(const pkv_bench_opts *o, const pkv_bench_result *r) {
+    if (o->on_result) o->on_result(o->progress_user, r);
+}
+
+static bool is_press(const pkv_press_cfg *p) { return p && p->ops; }
+
+static void describe_press(const pkv_press_cfg *p, char *buf, int len) {
+    if (!is_press(p) || pkv_press_cfg_describe(p, buf, len) < 0) snprintf(buf, (size_t)len, "none");
+}
+
+static int reps_of(const pkv_bench_opts *o) { return o->reps > 0 ? o->reps : 1; }
+
+pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_tokens, int keep_window,
+                                   bool keep_sums, pkv_error *err) {
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = o->n_threads;
+    if (o->n_batch > 0) so.n_batch = o->n_batch;
+    so.cache_type = o->cache_type;
+    so.n_ctx = m->hp.n_ctx_train > n_tokens ? m->hp.n_ctx_train : n_tokens;
+    so.keep_press_window = keep_window;
+    so.keep_attn_sums = keep_sums;
+    return pkv_session_new(m, &so, err);
+}
+
+/* llama-bench: the first prompt token is BOS when the vocabulary adds one. */
+static void prompt_tokens(const pkv_model *m, uint64_t *rng, int32_t *out, int n) {
+    pkv_bench_random_tokens(rng, m->hp.n_vocab, pkv_token_bos(m), pkv_tokenizer_add_bos(m->tok), out, n);
+}
+
+static int32_t random_token(const pkv_model *m, uint64_t *rng) {
+    int32_t t;
+    pkv_bench_random_tokens(rng, m->hp.n_vocab, -1, false, &t, 1);
+    return t;
+}
+
+static void init_result(pkv_bench_result *r, pkv_bench_kind kind, const pkv_bench_opts *o) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->reps = reps_of(o);
+    r->n_threads = pkv_bench_n_threads(o);
+}
+
+/* ---------------------------------------------------------------- ppN */
+
+int pkv_bench_prefill(pkv_model *m, const pkv_bench_opts *o, int n_prompt, const pkv_press_cfg *press,
+                      pkv_bench_result *out, pkv_error *err) {
+    if (n_prompt < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: prompt length must be >= 1, got %d", n_prompt);
+    int reps = reps_of(o);
+    int32_t *tokens = malloc((size_t)n_prompt * sizeof *tokens);
+    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms),
+           *secs = malloc((size_t)reps * sizeof *secs), *press_s = malloc((size_t)reps * sizeof *press_s);
+    pkv_session *s = NULL;
+    int rc = -1;
+    if (!tokens || !tps || !ms || !secs || !press_s) {
+        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory for %d tokens", n_prompt);
+        goto done;
+    }
+    if (!(s = pkv_bench_session_new(m, o, n_prompt, 0, false, err))) goto done;
+    init_result(out, PKV_BENCH_PP, o);
+    snprintf(out->test, sizeof out->test, "pp%d", n_prompt);
+    describe_press(press, out->press, sizeof out->press);
+    out->n_prompt = n_prompt;
+    uint64_t rng = o->seed;
+    pkv_prefill_stats st;
+    if (o->warmup) {
+        progress(o, "%s %s: warmup", out->test, out->press);
+        prompt_tokens(m, &rng, tokens, n_prompt);
+        if (pkv_prefill(s, tokens, n_prompt, press, &st, err)) goto done;
+    }
+    pkv_bench_rss_reset();
+    for (int r = 0; r < reps; r++) {
+        progress(o, "%s %s: repetition %d/%d", out->test, out->press, r + 1, reps);
+        pkv_session_reset(s);
+        prompt_tokens(m, &rng, tokens, n_prompt);
+        double t0 = now_seconds();
+        if (pkv_prefill(s, tokens, n_prompt, press, &st, err)) goto done;
+        secs[r] = now_seconds() - t0;
+        tps[r] = n_prompt / secs[r];
+        ms[r] = 1000.0 * secs[r] / n_prompt;
+        press_s[r] = st.press_seconds;
+    }
+    out->peak_rss = pkv_bench_rss_peak();
+    pkv_bench_stat_of(tps, reps, &out->tok_per_s);
+    pkv_bench_stat_of(ms, reps, &out->ms_per_token);
+    pkv_bench_stat ps, pr;
+    pkv_bench_stat_of(secs, reps, &ps);
+    pkv_bench_stat_of(press_s, reps, &pr);
+    out->prefill_seconds = ps.median;
+    out->press_seconds = pr.median;
+    out->press_share = ps.median > 0 ? pr.median / ps.median : 0.0;
+    out->cache_bytes = st.cache_bytes;
+    out->cache_bytes_full = st.cache_bytes_full;
+    report(o, out);
+    rc = 0;
+done:
+    pkv_session_free(s);
+    free(tokens);
+    free(tps);
+    free(ms);
+    free(secs);
+    free(press_s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- decode loops */
+
+/* n_gen single-token steps: the first token is BOS when the vocabulary adds
+ * one, then random ids (llama-bench test_gen). */
+static int decode_steps(pkv_session *s, const pkv_model *m, uint64_t *rng, int n_gen, double *seconds,
+                        pkv_error *err) {
+    int32_t token = pkv_tokenizer_add_bos(m->tok) ? pkv_token_bos(m) : random_token(m, rng);
+    double t0 = now_seconds();
+    for (int i = 0; i < n_gen; i++) {
+        if (pkv_decode(s, token, err)) return -1;
+        token = random_token(m, rng);
+    }
+    *seconds = now_seconds() - t0;
+    return 0;
+}
+
+/* d's state becomes start's (a copy), or empty when start is NULL. */
+static int restore(pkv_session *d, const pkv_session *start, pkv_error *err) {
+    if (start) return pkv_session_copy(d, start, NULL, NULL, err);
+    pkv_session_reset(d);
+    return 0;
+}
+
+/* Decode timings over reps, each from a copy of `start` (an empty session
+ * when start is NULL): llama-bench clears the cache, or restores its saved
+ * depth state, before each repetition. */
+static int time_decode(pkv_model *m, const pkv_bench_opts *o, const pkv_session *start, int n_tokens, int n_gen,
+                       const char *label, double *tps, double *ms, uint64_t *cache_bytes_end, pkv_error *err) {
+    int reps = reps_of(o);
+    uint64_t rng = o->seed ^ 0x5851f42d4c957f2dull;
+    pkv_session *d = pkv_bench_session_new(m, o, n_tokens, 0, false, err);
+    if (!d) return -1;
+    int rc = -1;
+    double sec;
+    if (o->warmup) {
+        progress(o, "%s: warmup", label);
+        if (restore(d, start, err) || decode_steps(d, m, &rng, 1, &sec, err)) goto done;
+    }
+    for (int r = 0; r < reps; r++) {
+        progress(o, "%s: repetition %d/%d", label, r + 1, reps);
+        if (restore(d, start, err) || decode_steps(d, m, &rng, n_gen, &sec, err)) goto done;
+        tps[r] = n_gen / sec;
+        ms[r] = 1000.0 * sec / n_gen;
+    }
+    *cache_bytes_end = pkv_session_cache_bytes(d);
+    rc = 0;
+done:
+    pkv_session_free(d);
+    return rc;
+}
+
+/* Bytes per step and the roofline fraction, from the median time. */
+static void fill_decode_roofline(const pkv_model *m, const pkv_bench_opts *o, uint64_t cache_bytes,
+                                 pkv_bench_result *r) {
+    r->decode_bytes_per_token = pkv_bench_weight_bytes_per_token(m) + cache_bytes;
+    r->bw_fraction = pkv_bench_bw_fraction(r->decode_bytes_per_token, r->ms_per_token.median / 1000.0, o->mem_bw);
+}
+
+/* ---------------------------------------------------------------- tgN */
+
+int pkv_bench_decode(pkv_model *m, const pkv_bench_opts *o, int n_gen, pkv_bench_result *out, pkv_error *err) {
+    if (n_gen < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: decode steps must be >= 1, got %d", n_gen);
+    int reps = reps_of(o);
+    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+    int rc = -1;
+    if (!tps || !ms) {
+        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
+        goto done;
+    }
+    init_result(out, PKV_BENCH_TG, o);
+    snprintf(out->test, sizeof out->test, "tg%d", n_gen);
+    snprintf(out->press, sizeof out->press, "none");
+    out->n_gen = n_gen;
+    pkv_bench_rss_reset();
+    uint64_t cache_end = 0;
+    if (time_decode(m, o, NULL, n_gen + 8, n_gen, out->test, tps, ms, &cache_end, err)) goto done;
+    out->peak_rss = pkv_bench_rss_peak();
+    pkv_bench_stat_of(tps, reps, &out->tok_per_s);
+    pkv_bench_stat_of(ms, reps, &out->ms_per_token);
+    out->cache_bytes = cache_end;
+    out->cache_bytes_full = cache_end;
+    /* the cache grows from empty to n_gen rows: on average half of it is read */
+    fill_decode_roofline(m, o, cache_end / 2, out);
+    report(o, out);
+    rc = 0;
+done:
+    free(tps);
+    free(ms);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- decode at depth */
+
+typedef struct {
+    pkv_model *m;
+    const pkv_bench_opts *o;
+    int depth, n_gen;
+    double *tps, *ms;
+} depth_ctx;
+
+/* Times decode from `start` (the prompt, compressed or not) into r. */
+static int depth_decode(const depth_ctx *c, const pkv_session *start, pkv_bench_result *r, pkv_error *err) {
+    uint64_t cache_end;
+    char label[200];
+    snprintf(label, sizeof label, "%s %s", r->test, r->press);
+    if (time_decode(c->m, c->o, start, c->depth + c->n_gen + 8, c->n_gen, label, c->tps, c->ms, &cache_end, err))
+        return -1;
+    pkv_bench_stat_of(c->tps, reps_of(c->o), &r->tok_per_s);
+    pkv_bench_stat_of(c->ms, reps_of(c->o), &r->ms_per_token);
+    fill_decode_roofline(c->m, c->o, r->cache_bytes, r);
+    report(c->o, r);
+    return 0;
+}
+
+static void init_depth_result(const depth_ctx *c, const pkv_press_cfg *press, bool shared, pkv_bench_result *r) {
+    init_result(r, PKV_BENCH_DEPTH, c->o);
+    snprintf(r->test, sizeof r->test, "tg%d@d%d", c->n_gen, c->depth);
+    describe_press(press, r->press, sizeof r->press);
+    r->n_prompt = c->depth;
+    r->n_gen = c->n_gen;
+    r->shared_prefill = shared;
+}
+
+/* One prefill without a press, then each press on a copy. */
+static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_press_cfg *const *presses,
+                        int n_presses, pkv_bench_result *out, pkv_error *err) {
+    int keep_window = 0;
+    bool keep_sums = false;
+    for (int p = 0; p < n_presses; p++)
+        if (is_press(presses[p])) {
+            if (presses[p]->window > keep_window) keep_window = presses[p]->window;
+            keep_sums |= presses[p]->ops->needs_attn_sum;
+        }
+    pkv_session *src = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, keep_window, keep_sums, err);
+    if (!src) return -1;
+    int rc = -1;
+    pkv_session *pressed = NULL;
+    progress(c->o, "d%d: prefill of %d tokens (shared by %d presses)", c->depth, c->depth, n_presses);
+    pkv_bench_rss_reset();
+    pkv_prefill_stats st;
+    double t0 = now_seconds();
+    if (pkv_prefill(src, tokens, c->depth, NULL, &st, err)) goto done;
+    double prefill_s = now_seconds() - t0;
+    uint64_t peak = pkv_bench_rss_peak();
+    for (int p = 0; p < n_presses; p++) {
+        pkv_bench_result *r = &out[p];
+        init_depth_result(c, presses[p], true, r);
+        r->prefill_seconds = prefill_s;
+        r->cache_bytes_full = st.cache_bytes_full;
+        const pkv_session *start = src;
+        if (is_press(presses[p])) {
+            pkv_prefill_stats cs;
+            if (!(pressed = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err))) goto done;
+            progress(c->o, "d%d: %s on a copy of the prompt's cache", c->depth, r->press);
+            if (pkv_session_copy(pressed, src, presses[p], &cs, err)) goto done;
+            r->press_seconds = cs.press_seconds;
+            r->press_share = cs.press_seconds / (prefill_s + cs.press_seconds);
+            r->cache_bytes = cs.cache_bytes;
+            start = pressed;
+        } else {
+            r->cache_bytes = st.cache_bytes;
+            r->peak_rss = peak; /* the shared prefill is this row's own */
+        }
+        if (depth_decode(c, start, r, err)) goto done;
+        pkv_session_free(pressed);
+        pressed = NULL;
+    }
+    rc = 0;
+done:
+    pkv_session_free(pressed);
+    pkv_session_free(src);
+    return rc;
+}
+
+/* One prefill per press, the press inside it. */
+static int depth_separate(const depth_ctx *c, const int32_t *tokens, const pkv_press_cfg *const *presses,
+                          int n_presses, pkv_bench_result *out, pkv_error *err) {
+    for (int p = 0; p < n_presses; p++) {
+        pkv_bench_result *r = &out[p];
+        init_depth_result(c, presses[p], false, r);
+        pkv_session *s = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err);
+        if (!s) return -1;
+        progress(c->o, "d%d: prefill of %d tokens with %s", c->depth, c->depth, r->press);
+        pkv_bench_rss_reset();
+        pkv_prefill_stats st;
+        double t0 = now_seconds();
+        int rc = pkv_prefill(s, tokens, c->depth, presses[p], &st, err);
+        r->prefill_seconds = now_seconds() - t0;
+        r->peak_rss = pkv_bench_rss_peak();
+        r->press_seconds = st.press_seconds;
+        r->press_share = r->prefill_seconds > 0 ? st.press_seconds / r->prefill_seconds : 0.0;
+        r->cache_bytes = st.cache_bytes;
+        r->cache_bytes_full = st.cache_bytes_full;
+        if (rc == 0) rc = depth_decode(c, s, r, err);
+        pkv_session_free(s);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int pkv_bench_depths(pkv_model *m, const pkv_bench_opts *o, const int *depths, int n_depths, int n_gen,
+                     const pkv_press_cfg *const *presses, int n_presses, bool shared_prefill, pkv_bench_result *out,
+                     pkv_error *err) {
+    if (n_gen < 1 || n_presses < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: need decode steps >= 1 and a press");
+    int max_depth = 0;
+    for (int i = 0; i < n_depths; i++) {
+        if (depths[i] < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: depth must be >= 1, got %d", depths[i]);
+        if (depths[i] > max_depth) max_depth = depths[i];
+    }
+    for (int p = 0; p < n_presses; p++)
+        if (presses[p] && pkv_press_cfg_check(presses[p], err)) return -1;
+    int reps = reps_of(o);
+    int32_t *tokens = malloc((size_t)max_depth * sizeof *tokens);
+    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+    int rc = -1;
+    if (!tokens || !tps || !ms) {
+        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory for %d tokens", max_depth);
+        goto done;
+    }
+    for (int i = 0; i < n_depths; i++) {
+        depth_ctx c = {m, o, depths[i], n_gen, tps, ms};
+        uint64_t rng = o->seed + (uint64_t)depths[i];
+        prompt_tokens(m, &rng, tokens, depths[i]);
+        pkv_bench_result *row = out + (size_t)i * n_presses;
+        if (shared_prefill ? depth_shared(&c, tokens, presses, n_presses, row, err)
+                           : depth_separate(&c, tokens, presses, n_presses, row, err))
+            goto done;
+    }
+    rc = 0;
+done:
+    free(tokens);
+    free(tps);
+    free(ms);
+    return rc;
+}

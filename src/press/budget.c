@@ -1,0 +1,139 @@
+/*
+ * Budget allocators (algorithms.md A.13): how many rows each layer and each
+ * head keeps. They wrap whatever press scores the rows (design.md "budget
+ * allocators wrap a scoring press rather than copy it"): pkv_press_run asks
+ * pkv_press_layer_budget for every head, lets the press score, and, for
+ * head_budget=adaptive, rewrites the per-head budgets from the scores before
+ * the top-k or the press's own select(). The cache then holds those row counts
+ * (kvcache keeps ragged heads), so the memory saved is real.
+ *
+ * PyramidKV, budget C (rows per head, window included): KVCache-Factory's
+ * PyramidKVCluster.update_kv, integer arithmetic. Ratio r: kvpress 0.5.5's
+ * PyramidKVPress.get_layer_budget, float arithmetic and Python's round().
+ * AdaKV: KVCache-Factory's AdaKVCluster.update_kv (from FFY0/AdaKV).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "press.h"
+
+/* Rows the press always keeps at the end of a head: PyramidKV's window w. */
+static int forced_window(const pkv_press_cfg *cfg) {
+    return cfg->ops && cfg->ops->forced_window ? cfg->ops->forced_window(cfg->params, cfg->window) : 0;
+}
+
+static int uniform_budget(const pkv_press_cfg *cfg, int n_rows) {
+    if (cfg->budget > 0) return cfg->budget;
+    /* kvpress: n_kept = max(1, int(L * (1 - ratio))) */
+    long kept = (long)floor((double)n_rows * (1.0 - cfg->ratio));
+    return kept < 1 ? 1 : (int)kept;
+}
+
+/* KVCache-Factory PyramidKVCluster (beta 20): min = (C-w)//beta,
+ * max = 2(C-w) - min, clamped to the prefix L-w; layer l keeps
+ * max - l*((max-min)//(N-1)) prefix rows plus the window. L < C keeps all;
+ * C <= L < 2(C-w) keeps C (SnapKV). One pressed layer: uniform (the original
+ * divides by N-1 = 0). */
+static int pyramid_budget_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
+    long C = cfg->budget, w = forced_window(cfg), L = n_rows;
+    if (L < C || L < 2 * (C - w) || n_layers < 2) return (int)C;
+    long min_num = (long)floor((double)(C - w) / cfg->pyramid_beta);
+    long max_num = 2 * (C - w) - min_num;
+    if (max_num >= L - w) {
+        max_num = L - w;
+        min_num = 2 * (C - w) - max_num;
+    }
+    long steps = (max_num - min_num) / (n_layers - 1); /* max >= min here: floor division */
+    return (int)(max_num - layer * steps + w);
+}
+
+/* kvpress PyramidKVPress.get_layer_budget: C = w + L(1-r) in floats; falls back
+ * to SnapKV's round(L(1-r)) unless L >= max >= min >= w; returns
+ * round(max - l*(max-min)/(N-1)) rows, window included. Python's round() is
+ * half to even, as rint() in the default rounding mode. */
+static int pyramid_ratio_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
+    double w = forced_window(cfg), q = n_rows, keep = q * (1.0 - cfg->ratio);
+    double C = w + keep;
+    double min_num = (C - w) / cfg->pyramid_beta;
+    double max_num = (C - w) * 2.0 - min_num;
+    if (max_num >= q - w) {
+        max_num = q - w;
+        min_num = (C - w) * 2.0 - max_num;
+    }
+    if (!(q >= max_num && max_num >= min_num && min_num >= w)) {
+        double r = rint(keep);
+        return r < 1.0 ? 1 : (int)r;
+    }
+    double steps = n_layers > 1 ? (max_num - min_num) / (n_layers - 1) : 0.0;
+    return (int)rint(max_num - layer * steps);
+}
+
+int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
+    if (cfg->layer_budget != PKV_LAYER_BUDGET_PYRAMID) return uniform_budget(cfg, n_rows);
+    if (cfg->budget > 0) return pyramid_budget_rows(cfg, layer, n_layers, n_rows);
+    return pyramid_ratio_rows(cfg, layer, n_layers, n_rows);
+}
+
+/* ---------------------------------------------------------------- AdaKV */
+
+typedef struct {
+    float score;
+    int32_t head;
+} head_score;
+
+/* score descending; ties to the lower head (then any order: counts only) */
+static int cmp_head_score(const void *a, const void *b) {
+    const head_score *x = a, *y = b;
+    float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
+    if (sx != sy) return sx > sy ? -1 : 1;
+    return (x->head > y->head) - (x->head < y->head);
+}
+
+/*
+ * AdaKVCluster.update_kv: with base capacity B per head (prefix rows), take
+ * the top H*B scores over all heads of the layer; head h holding n_h of them
+ * keeps round(n_h * (1 - alpha) + floor(B * alpha)) rows, computed in float32
+ * and rounded half to even as torch does. Here B is the free slots of a head
+ * (its budget minus its forced rows: window and protected spans), and the
+ * candidates are its rows not forced; heads with different free slots share
+ * their sum, B being its mean rounded down.
+ */
+int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    int ns = sel->n_sel;
+    int *n_forced = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *n_forced);
+    int *n_cand = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *n_cand);
+    if (!n_forced || !n_cand) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
+    long total_free = 0, total_cand = 0;
+    for (int s = 0; s < ns; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        for (int j = 0; j < n; j++) n_forced[s] += sel->forced[s][j];
+        n_cand[s] = n - n_forced[s];
+        int free_slots = sel->budget[s] - n_forced[s];
+        total_free += free_slots > 0 ? free_slots : 0;
+        total_cand += n_cand[s];
+    }
+    if (total_free >= total_cand) return 0; /* nothing to share: every head keeps all it has */
+    head_score *all = pkv_arena_alloc(in->arena, (size_t)(total_cand + 1) * sizeof *all);
+    if (!all) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
+    long k = 0;
+    for (int s = 0; s < ns; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        for (int j = 0; j < n; j++)
+            if (!sel->forced[s][j]) all[k++] = (head_score){sel->scores[s][j], s};
+    }
+    qsort(all, (size_t)total_cand, sizeof *all, cmp_head_score);
+    long base = total_free / ns;
+    int floor_rows = (int)((double)base * alpha); /* Python int(): truncation */
+    float keep_share = (float)(1.0 - alpha);
+    int *n_top = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *n_top);
+    if (!n_top) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
+    for (long i = 0; i < total_free; i++) n_top[all[i].head]++;
+    for (int s = 0; s < ns; s++) {
+        int cap = (int)rintf((float)n_top[s] * keep_share + (float)floor_rows);
+        if (cap > n_cand[s]) cap = n_cand[s];
+        if (cap < 0) cap = 0;
+        sel->budget[s] = n_forced[s] + cap;
+    }
+    return 0;
+}

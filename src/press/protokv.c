@@ -1,0 +1,702 @@
+/*
+ * ProtoKV (ICLR 2026): the keys of a head are grouped around prototypes and
+ * whole groups are kept or evicted. The official repository holds no method
+ * code; this follows algorithms.md B.0, the project's reading of the seed
+ * document, per full-attention layer and KV head on the prefix [0, P) of
+ * post-RoPE keys (the observation window of the last w rows is kept whole, as
+ * in SnapKV, so budgets compare):
+ *
+ *  1. local similarity S(i) = mean of cos(k_i, k_j) over |j - i| <= kappa,
+ *     self included; at the edges the neighbours that exist (edge=zero: divide
+ *     by 2 kappa + 1 as the formula read literally);
+ *  2. outlier degree theta = -z, z = (S - mean S) / std S over the prefix
+ *     (population std): a deviating token has a low S (sign=similar flips it);
+ *  3. SAT candidates O: the m rows of largest theta (ties to the lower
+ *     position), or every row with theta > beta;
+ *  4. SAT prototypes: random Fourier features phi(k) = sqrt(2/r) cos(W k + b),
+ *     W ~ N(0, 1/sigma^2) [r x d], b ~ U[0, 2 pi) [r], seeded by (seed, layer,
+ *     head) (pkv_protokv_lsh_draw); bucket = the r bits [phi > 0], most
+ *     significant first, mod u = 2^r; each non-empty bucket gives the
+ *     normalised sum of its keys. sigma: median pairwise distance of the
+ *     candidates (the usual RBF bandwidth heuristic; 1 if undefined);
+ *  5. chunk prototypes: the other prefix rows in position order, cut into v
+ *     chunks (chunk c = ranks [floor(c R / v), floor((c+1) R / v)) of the R
+ *     rows, v clamped to R), normalised sums;
+ *  6. every prefix row joins the prototype of highest cosine (first wins
+ *     ties; SAT prototypes come first, in bucket order, then the chunks);
+ *  7. cluster score psi = sum over its rows of q.k summed over the window
+ *     queries and the query heads of the KV head (raw logits, as the seed
+ *     writes it) or, score=attn, of SnapKV's softmax votes; agg=mean divides
+ *     by the cluster size;
+ *  8. clusters in psi order (ties to the lower cluster) are kept whole while
+ *     they fit the prefix budget; overflow=fill gives the remaining slots to
+ *     the best-voted rows of the first cluster that does not fit (exactly the
+ *     budget is kept), overflow=skip keeps looking for later clusters that fit
+ *     whole. Forced rows (window, protected spans) are kept anyway and count
+ *     against the budget; a cluster needs only its rows not forced.
+ *
+ * Budget allocation (step 9: PyramidKV layers, AdaKV heads) is the
+ * framework's (press/budget.c); with head_budget=adaptive the heads share the
+ * layer's slots by the per-row votes of step 7.
+ */
+#include "press/protokv.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "press.h"
+#include "prng.h"
+
+enum { PROTOTYPES_TOTAL = 500, MAX_LSH_BITS = 16 };
+
+typedef struct {
+    int m;
+    bool use_beta;
+    double beta;
+    int kappa;
+    bool edge_zero;
+    bool sign_similar;
+    int r;
+    int v;        /* 0: PROTOTYPES_TOTAL - 2^r */
+    double sigma; /* 0: median pairwise distance of the candidates */
+    bool score_attn;
+    bool agg_mean;
+    bool overflow_skip;
+    pkv_protokv_times *times; /* benchmarks only (pkv_protokv_profile) */
+} protokv_params;
+
+static const pkv_press_option PROTOKV_OPTIONS[] = {
+    {"m", "SAT candidates: the m rows of highest outlier degree (default 32; the seed: 20-40 work best)"},
+    {"beta", "instead of m, every row with outlier degree > beta (a number, or none: default)"},
+    {"kappa", "radius of the local similarity, self included (default 5)"},
+    {"edge", "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)"},
+    {"sign", "deviate (default: SATs are the rows least similar to their neighbours) | similar (the most)"},
+    {"r", "LSH bits: u = 2^r SAT buckets (default 2)"},
+    {"v", "chunk prototypes of the other rows (default 500 - 2^r; at most one per row)"},
+    {"sigma", "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
+    {"score", "logit (default: q.k summed over the window queries and the query group) | attn (SnapKV's votes)"},
+    {"agg", "sum (default) | mean: a cluster's score from its rows' votes"},
+    {"overflow", "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)"},
+    {NULL, NULL},
+};
+
+static void protokv_defaults(void *p) {
+    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2};
+}
+
+static int parse_long(const char *key, const char *value, long lo, long hi, long *out, pkv_error *err) {
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*value == '\0' || *end || v < lo || v > hi)
+        return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be an integer in [%ld, %ld], got '%s'", key, lo, hi, value);
+    *out = v;
+    return 0;
+}
+
+static int parse_choice(const char *key, const char *value, const char *a, const char *b, bool *is_b,
+                        pkv_error *err) {
+    if (!strcmp(value, a)) *is_b = false;
+    else if (!strcmp(value, b)) *is_b = true;
+    else return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be %s or %s, got '%s'", key, a, b, value);
+    return 0;
+}
+
+static int parse_positive(const char *key, const char *value, double *out, pkv_error *err) {
+    char *end;
+    double v = strtod(value, &end);
+    if (*value == '\0' || *end || !isfinite(v) || v <= 0.0)
+        return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be a number > 0, got '%s'", key, value);
+    *out = v;
+    return 0;
+}
+
+static int protokv_set(void *pp, const char *key, const char *value, pkv_error *err) {
+    protokv_params *p = pp;
+    long v;
+    if (!strcmp(key, "m")) {
+        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
+        p->m = (int)v;
+    } else if (!strcmp(key, "beta")) {
+        if (!strcmp(value, "none")) {
+            p->use_beta = false;
+            return 0;
+        }
+        char *end;
+        double b = strtod(value, &end);
+        if (*value == '\0' || *end || !isfinite(b))
+            return pkv_fail(err, PKV_ERR_ARG, "protokv beta must be a number or none, got '%s'", value);
+        p->beta = b;
+        p->use_beta = true;
+    } else if (!strcmp(key, "kappa")) {
+        if (parse_long(key, value, 0, 1 << 16, &v, err)) return -1;
+        p->kappa = (int)v;
+    } else if (!strcmp(key, "edge")) {
+        return parse_choice(key, value, "exist", "zero", &p->edge_zero, err);
+    } else if (!strcmp(key, "sign")) {
+        return parse_choice(key, value, "deviate", "similar", &p->sign_similar, err);
+    } else if (!strcmp(key, "r")) {
+        if (parse_long(key, value, 1, MAX_LSH_BITS, &v, err)) return -1;
+        p->r = (int)v;
+    } else if (!strcmp(key, "v")) {
+        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
+        p->v = (int)v;
+    } else if (!strcmp(key, "sigma")) {
+        if (!strcmp(value, "median")) {
+            p->sigma = 0.0;
+            return 0;
+        }
+        return parse_positive(key, value, &p->sigma, err);
+    } else if (!strcmp(key, "score")) {
+        return parse_choice(key, value, "logit", "attn", &p->score_attn, err);
+    } else if (!strcmp(key, "agg")) {
+        return parse_choice(key, value, "sum", "mean", &p->agg_mean, err);
+    } else if (!strcmp(key, "overflow")) {
+        return parse_choice(key, value, "fill", "skip", &p->overflow_skip, err);
+    } else {
+        return 1; /* not ours */
+    }
+    return 0;
+}
+
+static int protokv_forced_window(const void *p, int window) {
+    (void)p;
+    return window;
+}
+
+/* v: chunk prototypes before clamping to the rows there are */
+static int chunk_count(const protokv_params *p) {
+    if (p->v > 0) return p->v;
+    int v = PROTOTYPES_TOTAL - (1 << p->r);
+    return v > 1 ? v : 1;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- the steps */
+
+/* unit[i] = k_i / |k_i| (zero rows stay zero), norms in double */
+static void unit_vectors(const float *keys, int n, int dim, float *unit, double *norm) {
+    for (int i = 0; i < n; i++) {
+        const float *k = keys + (size_t)i * dim;
+        double ss = 0.0;
+        for (int j = 0; j < dim; j++) ss += (double)k[j] * k[j];
+        norm[i] = sqrt(ss);
+        float inv = norm[i] > 0.0 ? (float)(1.0 / norm[i]) : 0.0f;
+        for (int j = 0; j < dim; j++) unit[(size_t)i * dim + j] = k[j] * inv;
+    }
+}
+
+/* Step 1: S(i), every pair within kappa computed once. */
+static void local_similarity(const pkv_kernels *kern, const float *unit, const double *norm, int n, int dim,
+                             int kappa, bool edge_zero, double *sim) {
+    for (int i = 0; i < n; i++) sim[i] = norm[i] > 0.0 ? 1.0 : 0.0;
+    for (int o = 1; o <= kappa && o < n; o++)
+        for (int i = 0; i + o < n; i++) {
+            double c = kern->dot_f32(dim, unit + (size_t)i * dim, unit + (size_t)(i + o) * dim);
+            sim[i] += c;
+            sim[i + o] += c;
+        }
+    for (int i = 0; i < n; i++) {
+        int before = i < kappa ? i : kappa, after = n - 1 - i < kappa ? n - 1 - i : kappa;
+        sim[i] /= edge_zero ? 2.0 * kappa + 1.0 : (double)(before + after + 1);
+    }
+}
+
+/* Step 2: theta = -z (sign=similar: +z), population standard deviation. */
+static void outlier_degree(const double *sim, int n, bool similar, double *theta) {
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < n; i++) mean += sim[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) var += (sim[i] - mean) * (sim[i] - mean);
+    double sd = sqrt(var / n);
+    for (int i = 0; i < n; i++) {
+        double z = sd > 0.0 ? (sim[i] - mean) / sd : 0.0;
+        theta[i] = similar ? z : -z;
+    }
+}
+
+typedef struct {
+    double key;
+    int32_t idx;
+} ranked_row;
+
+/* key descending, ties to the lower index */
+static int cmp_ranked_row(const void *a, const void *b) {
+    const ranked_row *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int cmp_int32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Step 3: the candidates, ascending position; returns their number or -1. */
+static int sat_candidates(const protokv_params *p, const double *theta, int n, pkv_arena *arena, int32_t *sat) {
+    int n_sat = 0;
+    if (p->use_beta) {
+        for (int i = 0; i < n; i++)
+            if (theta[i] > p->beta) sat[n_sat++] = i;
+        return n_sat;
+    }
+    ranked_row *rows = pkv_arena_alloc(arena, (size_t)n * sizeof *rows);
+    if (!rows) return -1;
+    for (int i = 0; i < n; i++) rows[i] = (ranked_row){theta[i], i};
+    qsort(rows, (size_t)n, sizeof *rows, cmp_ranked_row);
+    n_sat = p->m < n ? p->m : n;
+    for (int i = 0; i < n_sat; i++) sat[i] = rows[i].idx;
+    qsort(sat, (size_t)n_sat, sizeof *sat, cmp_int32);
+    return n_sat;
+}
+
+/* Median pairwise Euclidean distance of the candidates' keys (numpy's median:
+ * the mean of the two middle values for an even count); 1 when undefined. */
+static double median_distance(const float *keys, int dim, const int32_t *sat, int n_sat, pkv_arena *arena) {
+    long n_pairs = (long)n_sat * (n_sat - 1) / 2;
+    if (n_pairs < 1) return 1.0;
+    double *dist = pkv_arena_alloc(arena, (size_t)n_pairs * sizeof *dist);
+    if (!dist) return -1.0;
+    long k = 0;
+    for (int a = 0; a < n_sat; a++)
+        for (int b = a + 1; b < n_sat; b++) {
+            const float *x = keys + (size_t)sat[a] * dim, *y = keys + (size_t)sat[b] * dim;
+            double ss = 0.0;
+            for (int j = 0; j < dim; j++) ss += ((double)x[j] - y[j]) * ((double)x[j] - y[j]);
+            dist[k++] = sqrt(ss);
+        }
+    qsort(dist, (size_t)n_pairs, sizeof *dist, cmp_double);
+    double med = n_pairs % 2 ? dist[n_pairs / 2] : 0.5 * (dist[n_pairs / 2 - 1] + dist[n_pairs / 2]);
+    return med > 0.0 ? med : 1.0;
+}
+
+/*
+ * The hash's random numbers, reproduced bit for bit by
+ * tools/protokv_reference.py:
+ *   state = seed ^ ((layer + 1) << 32) ^ ((head + 1) * 0x9e3779b97f4a7c15)   (mod 2^64)
+ *   next() = splitmix64 (pkv_splitmix64); unif() = (next() >> 11) * 2^-53 in [0, 1)
+ *   normal() = sqrt(-2 ln(1 - unif())) * cos(2 pi unif())   (Box-Muller, cosine branch; two draws, in order)
+ *   W[i][j] = normal() / sigma for i < r, j < dim (row-major), then b[i] = 2 pi unif() for i < r.
+ */
+static double unif(uint64_t *state) { return (double)(pkv_splitmix64(state) >> 11) * 0x1p-53; }
+
+void pkv_protokv_lsh_draw(uint64_t seed, int layer, int head, int r, int dim, double sigma, double *W, double *b) {
+    uint64_t state = seed ^ ((uint64_t)(layer + 1) << 32) ^ (uint64_t)(head + 1) * 0x9e3779b97f4a7c15ull;
+    const double two_pi = 6.283185307179586;
+    for (int i = 0; i < r * dim; i++) {
+        double u1 = 1.0 - unif(&state), u2 = unif(&state);
+        W[i] = sqrt(-2.0 * log(u1)) * cos(two_pi * u2) / sigma;
+    }
+    for (int i = 0; i < r; i++) b[i] = two_pi * unif(&state);
+}
+
+int pkv_protokv_lsh_bucket(const double *W, const double *b, int r, int dim, const float *key) {
+    int bucket = 0;
+    for (int i = 0; i < r; i++) {
+        double a = b[i];
+        for (int j = 0; j < dim; j++) a += W[(size_t)i * dim + j] * key[j];
+        /* H = sum_i 2^(r-i) h_i (1-based i) mod 2^r: the first bit is the most significant */
+        bucket = bucket << 1 | (cos(a) > 0.0);
+    }
+    return bucket;
+}
+
+/* proto = sum / |sum| in float (zero stays zero) */
+static void normalise_into(const double *sum, int dim, float *proto) {
+    double ss = 0.0;
+    for (int j = 0; j < dim; j++) ss += sum[j] * sum[j];
+    double inv = ss > 0.0 ? 1.0 / sqrt(ss) : 0.0;
+    for (int j = 0; j < dim; j++) proto[j] = (float)(sum[j] * inv);
+}
+
+static void add_row(double *sum, const float *k, int dim) {
+    for (int j = 0; j < dim; j++) sum[j] += k[j];
+}
+
+enum { TILE_ROWS = 64, TILE_PROTOS = 32 };
+
+void pkv_protokv_nearest(const pkv_kernels *kern, const float *unit_rows, int n, const float *protos, int n_protos,
+                         int dim, int32_t *cluster) {
+    float best[TILE_ROWS];
+    for (int r0 = 0; r0 < n; r0 += TILE_ROWS) {
+        int r1 = r0 + TILE_ROWS < n ? r0 + TILE_ROWS : n;
+        for (int i = r0; i < r1; i++) {
+            best[i - r0] = -INFINITY;
+            cluster[i] = 0;
+        }
+        /* a tile of prototypes stays in cache while the tile of rows passes over it */
+        for (int c0 = 0; c0 < n_protos; c0 += TILE_PROTOS) {
+            int c1 = c0 + TILE_PROTOS < n_protos ? c0 + TILE_PROTOS : n_protos;
+            for (int i = r0; i < r1; i++) {
+                const float *u = unit_rows + (size_t)i * dim;
+                float b = best[i - r0];
+                int32_t arg = cluster[i];
+                for (int c = c0; c < c1; c++) {
+                    float s = kern->dot_f32(dim, u, protos + (size_t)c * dim);
+                    if (s > b) {
+                        b = s;
+                        arg = c;
+                    }
+                }
+                best[i - r0] = b;
+                cluster[i] = arg;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- per head */
+
+typedef struct {
+    int n_prefix;
+    int n_clusters, n_sat_clusters;
+    int32_t *cluster;    /* [n_prefix] */
+    int32_t *sat_bucket; /* [n_prefix] -1: not a candidate */
+    double *theta;       /* [n_prefix] */
+    double *vote;        /* [n_prefix] step 7 per row */
+    double *psi;         /* [n_clusters] */
+    int32_t *size;       /* [n_clusters] */
+} head_clusters;
+
+/* Scratch shared by the heads of a layer (sized for the largest head). */
+typedef struct {
+    float *unit;
+    double *norm, *sim, *sum;
+    int32_t *sat, *rest;
+    float *protos;
+    float *attn, *attn_scratch;
+} scratch_bufs;
+
+static void lap(pkv_protokv_times *t, double *slot, double *t0) {
+    if (!t) return;
+    double t1 = now_seconds();
+    *slot += t1 - *t0;
+    *t0 = t1;
+}
+
+/* Step 7 per row: raw window logits, or SnapKV's softmax votes (A.4 S1-S4),
+ * summed over the query heads of KV head g. */
+static void row_votes(const protokv_params *p, const pkv_press_input *in, int g, const float *keys, int n_prefix,
+                      scratch_bufs *sb, double *vote) {
+    int group = in->n_head / in->n_head_kv, dim = in->head_dim_k;
+    if (p->score_attn) {
+        memset(sb->attn, 0, (size_t)in->n_rows[g] * sizeof(float));
+        for (int k = 0; k < group; k++) pkv_press_window_attention(in, g * group + k, 0, sb->attn_scratch, sb->attn);
+        for (int i = 0; i < n_prefix; i++) vote[i] = sb->attn[i];
+        return;
+    }
+    /* sum_h sum_r q_hr . k_i = (sum_h sum_r q_hr) . k_i */
+    memset(sb->sum, 0, (size_t)dim * sizeof(double));
+    for (int k = 0; k < group; k++)
+        for (int r = 0; r < in->window; r++) {
+            const float *q = in->q_window + ((size_t)(g * group + k) * in->window + r) * dim;
+            for (int j = 0; j < dim; j++) sb->sum[j] += q[j];
+        }
+    for (int i = 0; i < n_prefix; i++) {
+        const float *k = keys + (size_t)i * dim;
+        double s = 0.0;
+        for (int j = 0; j < dim; j++) s += sb->sum[j] * k[j];
+        vote[i] = s;
+    }
+}
+
+/* Steps 1-7 for KV head g. */
+static int cluster_head(const protokv_params *p, const pkv_press_input *in, int g, scratch_bufs *sb, head_clusters *hc,
+                        pkv_error *err) {
+    pkv_protokv_times *t = p->times;
+    double t0 = t ? now_seconds() : 0.0;
+    const pkv_kernels *kern = in->comp->kern;
+    int dim = in->head_dim_k, n = hc->n_prefix;
+    const float *keys = in->keys[g];
+    hc->theta = pkv_arena_alloc(in->arena, (size_t)n * sizeof(double));
+    hc->sat_bucket = pkv_arena_alloc(in->arena, (size_t)n * sizeof(int32_t));
+    hc->cluster = pkv_arena_alloc(in->arena, (size_t)n * sizeof(int32_t));
+    hc->vote = pkv_arena_alloc(in->arena, (size_t)n * sizeof(double));
+    if (!hc->theta || !hc->sat_bucket || !hc->cluster || !hc->vote) goto nomem;
+
+    unit_vectors(keys, n, dim, sb->unit, sb->norm);
+    local_similarity(kern, sb->unit, sb->norm, n, dim, p->kappa, p->edge_zero, sb->sim);
+    outlier_degree(sb->sim, n, p->sign_similar, hc->theta);
+    int n_sat = sat_candidates(p, hc->theta, n, in->arena, sb->sat);
+    if (n_sat < 0) goto nomem;
+    lap(t, t ? &t->similarity : NULL, &t0);
+
+    double sigma = p->sigma > 0.0 ? p->sigma : median_distance(keys, dim, sb->sat, n_sat, in->arena);
+    double *W = pkv_arena_alloc(in->arena, (size_t)p->r * dim * sizeof(double)), b[MAX_LSH_BITS];
+    if (sigma < 0.0 || !W) goto nomem;
+    pkv_protokv_lsh_draw(in->seed, in->layer, g, p->r, dim, sigma, W, b);
+    for (int i = 0; i < n; i++) hc->sat_bucket[i] = -1;
+    for (int s = 0; s < n_sat; s++)
+        hc->sat_bucket[sb->sat[s]] = pkv_protokv_lsh_bucket(W, b, p->r, dim, keys + (size_t)sb->sat[s] * dim);
+    lap(t, t ? &t->lsh : NULL, &t0);
+
+    /* step 4: one prototype per non-empty bucket, in bucket order */
+    int n_protos = 0, n_buckets = 1 << p->r;
+    for (int bucket = 0; bucket < n_buckets; bucket++) {
+        memset(sb->sum, 0, (size_t)dim * sizeof(double));
+        int members = 0;
+        for (int s = 0; s < n_sat; s++)
+            if (hc->sat_bucket[sb->sat[s]] == bucket) {
+                add_row(sb->sum, keys + (size_t)sb->sat[s] * dim, dim);
+                members++;
+            }
+        if (members) normalise_into(sb->sum, dim, sb->protos + (size_t)n_protos++ * dim);
+    }
+    hc->n_sat_clusters = n_protos;
+    /* step 5: the other rows in position order, v near-equal contiguous chunks */
+    int n_rest = 0;
+    for (int i = 0; i < n; i++)
+        if (hc->sat_bucket[i] < 0) sb->rest[n_rest++] = i;
+    int v = chunk_count(p) < n_rest ? chunk_count(p) : n_rest;
+    for (int c = 0; c < v; c++) {
+        long lo = (long)c * n_rest / v, hi = (long)(c + 1) * n_rest / v;
+        memset(sb->sum, 0, (size_t)dim * sizeof(double));
+        for (long k = lo; k < hi; k++) add_row(sb->sum, keys + (size_t)sb->rest[k] * dim, dim);
+        normalise_into(sb->sum, dim, sb->protos + (size_t)n_protos++ * dim);
+    }
+    hc->n_clusters = n_protos;
+    lap(t, t ? &t->prototypes : NULL, &t0);
+
+    /* step 6 */
+    pkv_protokv_nearest(kern, sb->unit, n, sb->protos, n_protos, dim, hc->cluster);
+    lap(t, t ? &t->assignment : NULL, &t0);
+
+    /* step 7 */
+    row_votes(p, in, g, keys, n, sb, hc->vote);
+    hc->psi = pkv_arena_alloc(in->arena, (size_t)(n_protos + 1) * sizeof(double));
+    hc->size = pkv_arena_alloc(in->arena, (size_t)(n_protos + 1) * sizeof(int32_t));
+    if (!hc->psi || !hc->size) goto nomem;
+    for (int i = 0; i < n; i++) {
+        hc->psi[hc->cluster[i]] += hc->vote[i];
+        hc->size[hc->cluster[i]]++;
+    }
+    if (p->agg_mean)
+        for (int c = 0; c < n_protos; c++)
+            if (hc->size[c]) hc->psi[c] /= hc->size[c];
+    lap(t, t ? &t->scoring : NULL, &t0);
+    return 0;
+nomem:
+    return pkv_fail(err, PKV_ERR_NOMEM, "out of memory clustering layer %d head %d", in->layer, g);
+}
+
+static int protokv_score(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    const protokv_params *p = pp;
+    int nkv = in->n_head_kv, dim = in->head_dim_k, n_max = 0;
+    for (int g = 0; g < nkv; g++)
+        if (in->n_rows[g] > n_max) n_max = in->n_rows[g];
+    head_clusters *heads = pkv_arena_alloc(in->arena, (size_t)nkv * sizeof *heads);
+    scratch_bufs sb = {
+        .unit = pkv_arena_alloc(in->arena, (size_t)n_max * dim * sizeof(float) + 4),
+        .norm = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(double) + 8),
+        .sim = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(double) + 8),
+        .sum = pkv_arena_alloc(in->arena, (size_t)dim * sizeof(double)),
+        .sat = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(int32_t) + 4),
+        .rest = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(int32_t) + 4),
+        .protos = pkv_arena_alloc(in->arena, ((size_t)(1 << p->r) + chunk_count(p)) * dim * sizeof(float)),
+        .attn = p->score_attn ? pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4) : NULL,
+        .attn_scratch = p->score_attn ? pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4) : NULL,
+    };
+    if (!heads || !sb.unit || !sb.norm || !sb.sim || !sb.sum || !sb.sat || !sb.rest || !sb.protos ||
+        (p->score_attn && (!sb.attn || !sb.attn_scratch)))
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory clustering layer %d", in->layer);
+    for (int g = 0; g < nkv; g++) {
+        int n = in->n_rows[g];
+        heads[g].n_prefix = n - in->window > 0 ? n - in->window : 0;
+        if (heads[g].n_prefix > 0 && cluster_head(p, in, g, &sb, &heads[g], err)) return -1;
+        for (int i = 0; i < n; i++) sel->scores[g][i] = i < heads[g].n_prefix ? (float)heads[g].vote[i] : INFINITY;
+    }
+    sel->state = heads;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- step 8 */
+
+/* rows grouped by cluster, ascending inside a cluster (counting sort) */
+typedef struct {
+    int32_t *start; /* [n_clusters + 1] */
+    int32_t *rows;  /* [n_prefix] */
+} cluster_members;
+
+static int group_members(const head_clusters *hc, pkv_arena *arena, cluster_members *cm) {
+    cm->start = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof(int32_t));
+    cm->rows = pkv_arena_alloc(arena, (size_t)hc->n_prefix * sizeof(int32_t) + 4);
+    int32_t *fill = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof(int32_t));
+    if (!cm->start || !cm->rows || !fill) return -1;
+    for (int c = 0; c < hc->n_clusters; c++) cm->start[c + 1] = cm->start[c] + hc->size[c];
+    memcpy(fill, cm->start, (size_t)hc->n_clusters * sizeof(int32_t));
+    for (int i = 0; i < hc->n_prefix; i++) cm->rows[fill[hc->cluster[i]]++] = i;
+    return 0;
+}
+
+/* Keeps clusters of hc in score order into take[]; cluster_kept[c] = 2 whole,
+ * 1 partly, 0 not. free_slots: the budget left after the forced rows. */
+static int retain_clusters(const protokv_params *p, const head_clusters *hc, const bool *forced, int free_slots,
+                           pkv_arena *arena, bool *take, int8_t *cluster_kept) {
+    cluster_members cm;
+    ranked_row *order = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *order);
+    int32_t *need = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *need);
+    ranked_row *cand = pkv_arena_alloc(arena, (size_t)hc->n_prefix * sizeof *cand + 16);
+    if (!order || !need || !cand || group_members(hc, arena, &cm)) return -1;
+    int n_order = 0;
+    for (int c = 0; c < hc->n_clusters; c++) {
+        if (!hc->size[c]) continue; /* a prototype nobody joined is no cluster */
+        order[n_order++] = (ranked_row){hc->psi[c], c};
+        for (int k = cm.start[c]; k < cm.start[c + 1]; k++) need[c] += !forced[cm.rows[k]];
+    }
+    qsort(order, (size_t)n_order, sizeof *order, cmp_ranked_row);
+    for (int o = 0; o < n_order && free_slots > 0; o++) {
+        int c = order[o].idx;
+        if (need[c] <= free_slots) {
+            for (int k = cm.start[c]; k < cm.start[c + 1]; k++) take[cm.rows[k]] = true;
+            free_slots -= need[c];
+            cluster_kept[c] = 2;
+            continue;
+        }
+        if (p->overflow_skip) continue;
+        /* fill: the cluster's best-voted rows, ties to the lower position */
+        int n_cand = 0;
+        for (int k = cm.start[c]; k < cm.start[c + 1]; k++)
+            if (!forced[cm.rows[k]]) cand[n_cand++] = (ranked_row){hc->vote[cm.rows[k]], cm.rows[k]};
+        qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked_row);
+        for (int k = 0; k < free_slots; k++) take[cand[k].idx] = true;
+        free_slots = 0;
+        cluster_kept[c] = 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the watcher */
+
+static double cosine(const float *a, const float *b, int dim) {
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (int j = 0; j < dim; j++) {
+        ab += (double)a[j] * b[j];
+        aa += (double)a[j] * a[j];
+        bb += (double)b[j] * b[j];
+    }
+    return aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* Mean cosine among the marked rows and between them and the others (the
+ * seed's Gamma = intra / inter, "do the SATs cluster"). */
+static void group_similarity(const float *keys, int n, int dim, const bool *in_group, double *intra, double *inter) {
+    double s_in = 0.0, s_out = 0.0;
+    long n_in = 0, n_out = 0;
+    for (int i = 0; i < n; i++) {
+        if (!in_group[i]) continue;
+        for (int j = 0; j < n; j++) {
+            if (j == i || (in_group[j] && j < i)) continue;
+            double c = cosine(keys + (size_t)i * dim, keys + (size_t)j * dim, dim);
+            if (in_group[j]) {
+                s_in += c;
+                n_in++;
+            } else {
+                s_out += c;
+                n_out++;
+            }
+        }
+    }
+    *intra = n_in ? s_in / n_in : NAN;
+    *inter = n_out ? s_out / n_out : NAN;
+}
+
+static int report_head(const pkv_press_input *in, int g, const head_clusters *hc, const bool *take,
+                       const int8_t *cluster_kept) {
+    int n = in->n_rows[g], np = hc->n_prefix, dim = in->head_dim_k;
+    bool *sat = pkv_arena_alloc(in->arena, (size_t)np + 1), *rnd = pkv_arena_alloc(in->arena, (size_t)np + 1);
+    int32_t *perm = pkv_arena_alloc(in->arena, (size_t)np * sizeof(int32_t) + 4);
+    if (!sat || !rnd || !perm) return -1;
+    int n_sat = 0;
+    for (int i = 0; i < np; i++) n_sat += sat[i] = hc->sat_bucket[i] >= 0;
+    /* the control: as many rows drawn at random (partial Fisher-Yates) */
+    uint64_t state = in->seed ^ 0x5eedc0de5eedc0deull ^ ((uint64_t)(in->layer + 1) << 32) ^ (uint64_t)(g + 1);
+    for (int i = 0; i < np; i++) perm[i] = i;
+    for (int i = 0; i < n_sat && i < np; i++) {
+        int j = i + (int)(pkv_splitmix64(&state) % (uint64_t)(np - i));
+        int32_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+        rnd[perm[i]] = true;
+    }
+    pkv_cluster_view view = {
+        .layer = in->layer,
+        .head = g,
+        .n_rows = n,
+        .n_prefix = np,
+        .pos = in->pos[g],
+        .theta = hc->theta,
+        .sat_bucket = hc->sat_bucket,
+        .cluster = hc->cluster,
+        .n_clusters = hc->n_clusters,
+        .n_sat_clusters = hc->n_sat_clusters,
+        .cluster_size = hc->size,
+        .cluster_score = hc->psi,
+        .cluster_kept = cluster_kept,
+        .row_kept = take,
+    };
+    group_similarity(in->keys[g], np, dim, sat, &view.sat_intra, &view.sat_inter);
+    group_similarity(in->keys[g], np, dim, rnd, &view.rand_intra, &view.rand_inter);
+    in->watch->fn(in->watch->user, &view);
+    return 0;
+}
+
+static int protokv_select(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    const protokv_params *p = pp;
+    const head_clusters *heads = sel->state;
+    double t0 = p->times ? now_seconds() : 0.0;
+    for (int g = 0; g < sel->n_sel; g++) {
+        int n = in->n_rows[g];
+        const head_clusters *hc = &heads[g];
+        bool *take = pkv_arena_alloc(in->arena, (size_t)n + 1);
+        int8_t *cluster_kept = pkv_arena_alloc(in->arena, (size_t)(hc->n_prefix > 0 ? hc->n_clusters : 0) + 1);
+        int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof(int32_t) + 4);
+        if (!take || !cluster_kept || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting layer %d", in->layer);
+        int n_forced = 0;
+        for (int j = 0; j < n; j++) n_forced += take[j] = sel->forced[g][j];
+        int free_slots = sel->budget[g] - n_forced;
+        if (hc->n_prefix > 0 && free_slots > 0 &&
+            retain_clusters(p, hc, sel->forced[g], free_slots, in->arena, take, cluster_kept))
+            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting layer %d", in->layer);
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (take[j]) keep[m++] = j;
+        sel->keep[g] = keep;
+        sel->n_keep[g] = m;
+        if (in->watch && hc->n_prefix > 0 && (in->watch->head < 0 || in->watch->head == g) &&
+            report_head(in, g, hc, take, cluster_kept))
+            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reporting layer %d", in->layer);
+    }
+    if (p->times) p->times->retention += now_seconds() - t0;
+    return 0;
+}
+
+int pkv_protokv_profile(pkv_press_cfg *cfg, pkv_protokv_times *times) {
+    if (!cfg || !cfg->ops || strcmp(cfg->ops->name, "protokv")) return -1;
+    ((protokv_params *)cfg->params)->times = times;
+    return 0;
+}
+
+const pkv_press_ops pkv_press_protokv = {
+    .name = "protokv",
+    .summary = "ProtoKV: SAT (LSH) and chunk prototypes, nearest-prototype clusters kept whole (ICLR 2026)",
+    .options = PROTOKV_OPTIONS,
+    .params_size = sizeof(protokv_params),
+    .defaults = protokv_defaults,
+    .set_option = protokv_set,
+    .reports_clusters = true,
+    .forced_window = protokv_forced_window,
+    .score = protokv_score,
+    .select = protokv_select,
+};

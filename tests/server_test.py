@@ -1,0 +1,702 @@
+"""Integration tests of `promptkv serve`: the official OpenAI client (and raw
+HTTP where the client hides what is checked) against servers started here on
+127.0.0.1 with a free port. Prints one line per test and ends with
+"N passed, N failed".
+
+usage: server_test.py PROMPTKV   (from the repository root)
+
+The tiny fixture model (random weights, context 128) checks the protocol; the
+real model (models/gemma-3-270m-q4_k_m.gguf, when present) checks the text
+against `promptkv run` and gives requests long enough to interrupt.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import openai
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "build/promptkv"
+TINY = "tests/fixtures/models/tiny-gemma3-f32.gguf"
+REAL = "models/gemma-3-270m-q4_k_m.gguf"
+HOST = "127.0.0.1"
+
+# ---------------------------------------------------------------- harness
+
+results = {"pass": 0, "fail": 0}
+servers = []  # every server started, for the sanitizer check at the end
+
+
+def run_test(name, fn, *args):
+    try:
+        fn(*args)
+        results["pass"] += 1
+        print(f"ok   server_{name}", flush=True)
+    except Exception as e:  # a failed check or an unexpected error: both fail the test
+        results["fail"] += 1
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        print(f"FAIL server_{name}: {detail}", flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+class Server:
+    """promptkv serve on a free loopback port; stderr kept for the checks."""
+
+    def __init__(self, model, *args):
+        self.proc = subprocess.Popen([BIN, "serve", "-m", model, "--host", HOST, "--port", "0", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.port = None
+        ready = threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        servers.append(self)
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
+        ready.wait(30)
+        if not self.port:
+            self.proc.kill()
+            raise RuntimeError("server did not start: " + "".join(self.lines))
+        self.client = openai.OpenAI(base_url=f"http://{HOST}:{self.port}/v1", api_key="unused", max_retries=0,
+                                    timeout=120)
+
+    def stop(self, timeout=60):
+        """SIGTERM; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.reader.join(10)  # the last lines of stderr
+        return code
+
+    # raw HTTP, for status codes, headers and bodies exactly as sent
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        conn.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        return resp.status, dict(resp.getheaders()), payload
+
+    def post(self, path, body, **kw):
+        status, headers, payload = self.request("POST", path, body, **kw)
+        return status, json.loads(payload) if payload.startswith(b"{") else payload
+
+    def metrics(self):
+        status, _, payload = self.request("GET", "/metrics")
+        check(status == 200, f"/metrics status {status}")
+        values = {}
+        for line in payload.decode().splitlines():
+            if line and not line.startswith("#"):
+                key, value = line.rsplit(" ", 1)
+                values[key] = float(value)
+        return values
+
+
+def error_of(status, body, want_status, want_code=None, want_param=None):
+    """The OpenAI error shape, with the expected status, code and param."""
+    check(status == want_status, f"status {status}, want {want_status}: {body}")
+    check(isinstance(body, dict) and set(body) == {"error"}, f"not an error object: {body}")
+    err = body["error"]
+    check(set(err) == {"message", "type", "param", "code"}, f"error fields {sorted(err)}")
+    check(isinstance(err["message"], str) and err["message"], "empty message")
+    if want_code is not None:
+        check(err["code"] == want_code, f"code {err['code']!r}, want {want_code!r} ({err['message']})")
+    if want_param is not None:
+        check(err["param"] == want_param, f"param {err['param']!r}, want {want_param!r}")
+    return err
+
+
+def sse_events(payload):
+    """The data lines of an event stream, in order; every event is 'data: ...' then a blank line."""
+    text = payload.decode()
+    check(text.endswith("\n\n"), "stream does not end with a blank line")
+    events = []
+    for block in text.split("\n\n")[:-1]:
+        check(block.startswith("data: "), f"event without data: {block[:80]!r}")
+        events.append(block[len("data: "):])
+    return events
+
+
+def cli_tokens(model, text):
+    out = subprocess.run([BIN, "tokenize", "-m", model, "-p", text], capture_output=True, text=True, check=True)
+    return len(out.stdout.split())
+
+
+def cli_run(model, *args):
+    out = subprocess.run([BIN, "run", "-m", model, *args], capture_output=True, check=True)
+    return out.stdout.decode()[:-1]  # run ends the completion with a newline
+
+
+LONG = ("The museum opens at nine. Tickets cost four euros. The cafe is on the second floor, "
+        "and the garden closes at dusk. Guided tours leave every hour from the main hall.")
+
+# ---------------------------------------------------------------- protocol (tiny model)
+
+
+def test_models(s):
+    models = s.client.models.list()
+    check([m.id for m in models.data] == ["tiny-gemma3-f32"], f"models {[m.id for m in models.data]}")
+    check(models.data[0].object == "model", "object")
+    one = s.client.models.retrieve("tiny-gemma3-f32")
+    check(one.id == "tiny-gemma3-f32", "retrieve")
+    status, _, payload = s.request("GET", "/v1/models/nope")
+    error_of(status, json.loads(payload), 404, "model_not_found")
+
+
+def test_health(s):
+    status, headers, payload = s.request("GET", "/health")
+    check(status == 200 and json.loads(payload) == {"status": "ok"}, f"{status} {payload}")
+    check(headers.get("Content-Type") == "application/json", headers.get("Content-Type"))
+
+
+def test_completion(s):
+    prompt = "Hello world, this is"
+    r = s.client.completions.create(model="tiny-gemma3-f32", prompt=prompt, max_tokens=8, temperature=0)
+    check(r.object == "text_completion" and r.id.startswith("cmpl-"), f"{r.object} {r.id}")
+    check(len(r.choices) == 1 and r.choices[0].index == 0, "one choice")
+    c = r.choices[0]
+    check(c.finish_reason in ("length", "stop"), c.finish_reason)
+    check(r.usage.prompt_tokens == cli_tokens(TINY, prompt), f"prompt_tokens {r.usage.prompt_tokens}")
+    if c.finish_reason == "length":
+        check(r.usage.completion_tokens == 8, f"completion_tokens {r.usage.completion_tokens}")
+    check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "total_tokens")
+    # the uncompressed cache: every row kept
+    u = r.usage.model_extra
+    check(u["kv_cache_rows"] == u["kv_cache_rows_full"] and u["kv_cache_bytes"] == u["kv_cache_bytes_full"],
+          f"uncompressed usage {u}")
+    check(u["kv_press"] == "none", u["kv_press"])
+
+
+def test_completion_token_ids(s):
+    ids = [2, 76, 376, 501]
+    r = s.client.completions.create(model="m", prompt=ids, max_tokens=2, temperature=0)
+    check(r.usage.prompt_tokens == 4, f"prompt_tokens {r.usage.prompt_tokens}")
+    status, body = s.post("/v1/completions", {"prompt": [2, 9999], "max_tokens": 2})
+    error_of(status, body, 400, "invalid_value", "prompt")
+
+
+def test_chat(s):
+    r = s.client.chat.completions.create(
+        model="tiny-gemma3-f32", max_tokens=8, temperature=0,
+        messages=[{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Name a colour."}])
+    check(r.object == "chat.completion" and r.id.startswith("chatcmpl-"), f"{r.object} {r.id}")
+    m = r.choices[0].message
+    check(m.role == "assistant" and isinstance(m.content, str), f"{m.role} {m.content!r}")
+    check(r.choices[0].finish_reason in ("length", "stop"), r.choices[0].finish_reason)
+    # the Gemma template: <bos><start_of_turn>user\nBe terse.\n\nName a colour.<end_of_turn>\n<start_of_turn>model\n
+    rendered = ("<bos><start_of_turn>user\nBe terse.\n\nName a colour.<end_of_turn>\n"
+                "<start_of_turn>model\n")
+    out = subprocess.run([BIN, "tokenize", "-m", TINY, "-p", rendered, "--no-special"], capture_output=True,
+                         text=True, check=True)
+    check(r.usage.prompt_tokens == len(out.stdout.split()), f"prompt_tokens {r.usage.prompt_tokens}")
+
+
+def test_stream_completion(s):
+    args = dict(model="m", prompt="Once upon a time", max_tokens=12, temperature=0)
+    whole = s.client.completions.create(**args)
+    chunks = list(s.client.completions.create(stream=True, **args))
+    check(all(c.object == "text_completion" for c in chunks), "chunk objects")
+    check(len({c.id for c in chunks}) == 1, "one id per stream")
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    check(text == whole.choices[0].text, f"stream {text!r} != whole {whole.choices[0].text!r}")
+    check(chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason, "finish_reason")
+    check(all(c.choices[0].finish_reason is None for c in chunks[:-1]), "finish_reason only at the end")
+    # the wire format: data events, the last one [DONE]
+    status, headers, payload = s.request("POST", "/v1/completions", dict(stream=True, **args))
+    check(status == 200 and headers.get("Content-Type") == "text/event-stream", f"{status} {headers}")
+    events = sse_events(payload)
+    check(events[-1] == "[DONE]", f"last event {events[-1]!r}")
+    for e in events[:-1]:
+        json.loads(e)
+
+
+def test_stream_chat(s):
+    args = dict(model="m", max_tokens=10, temperature=0, messages=[{"role": "user", "content": "Tell a story."}])
+    whole = s.client.chat.completions.create(**args)
+    chunks = list(s.client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **args))
+    check(all(c.object == "chat.completion.chunk" for c in chunks), "chunk objects")
+    check(chunks[0].choices[0].delta.role == "assistant", "the first delta names the role")
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check(text == whole.choices[0].message.content, f"stream {text!r} != whole {whole.choices[0].message.content!r}")
+    with_choice = [c for c in chunks if c.choices]
+    check(with_choice[-1].choices[0].finish_reason == whole.choices[0].finish_reason, "finish_reason")
+    last = chunks[-1]
+    check(last.choices == [] and last.usage is not None, "usage chunk last")
+    check(last.usage.completion_tokens == whole.usage.completion_tokens and
+          last.usage.prompt_tokens == whole.usage.prompt_tokens, "usage matches")
+    check(all(c.usage is None for c in chunks[:-1]), "usage null before the end")
+
+
+def test_compression(s):
+    n_prompt = cli_tokens(TINY, LONG)
+    budget = 16
+    r = s.client.completions.create(model="m", prompt=LONG, max_tokens=4, temperature=0,
+                                    extra_body={"kv_compression": {"press": "snapkv", "budget": budget, "window": 4}})
+    u = r.usage.model_extra
+    check(r.usage.prompt_tokens == n_prompt, "prompt tokens")
+    check(u["kv_cache_rows"] < u["kv_cache_rows_full"], f"rows {u['kv_cache_rows']} !< {u['kv_cache_rows_full']}")
+    check(u["kv_cache_bytes"] < u["kv_cache_bytes_full"], "bytes")
+    # tiny-gemma3: one full-attention layer with one KV head keeps `budget` of the prompt's rows
+    check(u["kv_cache_rows_full"] - u["kv_cache_rows"] == n_prompt - budget,
+          f"removed {u['kv_cache_rows_full'] - u['kv_cache_rows']} rows, want {n_prompt - budget}")
+    check(u["kv_press"] == "snapkv budget=16 window=4", u["kv_press"])
+    # ratio, and another press
+    r = s.client.completions.create(model="m", prompt=LONG, max_tokens=2, temperature=0,
+                                    extra_body={"kv_compression": {"press": "streamingllm", "ratio": 0.5}})
+    u = r.usage.model_extra
+    check(u["kv_cache_rows_full"] - u["kv_cache_rows"] == n_prompt - n_prompt // 2, f"ratio 0.5: {u}")
+    m = s.metrics()
+    check(m["promptkv_compression_saved_bytes_total"] > 0, "saved bytes counted")
+
+
+def test_compression_chat_options(s):
+    system = "You are a museum guide."
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": LONG[:80]}]
+    kv = {"press": "snapkv", "budget": 12, "window": 4}
+    plain = s.client.chat.completions.create(model="m", messages=msgs, max_tokens=2, temperature=0,
+                                             extra_body={"kv_compression": kv})
+    protected = s.client.chat.completions.create(
+        model="m", messages=msgs, max_tokens=2, temperature=0,
+        extra_body={"kv_compression": dict(kv, protect_system=True)})
+    rows, rows_p = plain.usage.model_extra["kv_cache_rows"], protected.usage.model_extra["kv_cache_rows"]
+    check(rows_p > rows, f"protecting the system prompt keeps more rows ({rows_p} vs {rows})")
+    agnostic = s.client.chat.completions.create(
+        model="m", messages=msgs, max_tokens=2, temperature=0,
+        extra_body={"kv_compression": dict(kv, mode="query_agnostic")})
+    u = agnostic.usage.model_extra
+    check(u["kv_cache_rows"] > rows, f"query_agnostic keeps the question's rows too: {u['kv_cache_rows']} vs {rows}")
+    check(u["kv_cache_rows"] < u["kv_cache_rows_full"], "still compressed")
+    # protect_system without a system message, or on a completion: refused
+    status, body = s.post("/v1/chat/completions", {"messages": msgs[1:], "kv_compression": dict(kv, protect_system=True)})
+    error_of(status, body, 400, "invalid_value", "kv_compression.protect_system")
+    status, body = s.post("/v1/completions", {"prompt": "x", "kv_compression": dict(kv, protect_system=True)})
+    error_of(status, body, 400, "invalid_value", "kv_compression.protect_system")
+
+
+def test_seed(s):
+    args = dict(model="m", prompt="Once upon a time", max_tokens=16, temperature=1.0)
+    a = s.client.completions.create(seed=7, **args).choices[0].text
+    b = s.client.completions.create(seed=7, **args).choices[0].text
+    c = s.client.completions.create(seed=8, **args).choices[0].text
+    check(a == b, "the same seed gives the same text")
+    check(a != c, "another seed gives another text")
+
+
+def test_max_tokens(s):
+    r = s.client.completions.create(model="m", prompt="Once", max_tokens=5, temperature=0)
+    if r.choices[0].finish_reason == "length":
+        check(r.usage.completion_tokens == 5, f"{r.usage.completion_tokens}")
+    # completions without max_tokens: OpenAI's default of 16
+    r = s.client.completions.create(model="m", prompt="Once", temperature=0)
+    check(r.usage.completion_tokens <= 16, f"{r.usage.completion_tokens}")
+    if r.choices[0].finish_reason == "length":
+        check(r.usage.completion_tokens == 16, "default 16")
+
+
+def test_errors(s):
+    p = "/v1/completions"
+    error_of(*s.post(p, b"{not json"), 400, "invalid_json")
+    error_of(*s.post(p, b"[1, 2]"), 400, "invalid_json")
+    error_of(*s.post(p, {"prompt": 5}), 400, "invalid_type", "prompt")
+    error_of(*s.post(p, {"prompt": "hi", "max_tokens": "ten"}), 400, "invalid_type", "max_tokens")
+    error_of(*s.post(p, {"prompt": "hi", "temperature": 3}), 400, "invalid_value", "temperature")
+    error_of(*s.post(p, {"prompt": "hi", "stream": "yes"}), 400, "invalid_type", "stream")
+    error_of(*s.post(p, {"prompt": "hi", "stop": 5}), 400, "invalid_type", "stop")
+    error_of(*s.post(p, {}), 400, "missing_field", "prompt")
+    error_of(*s.post(p, {"prompt": ["a", "b"]}), 400, "unsupported_value", "prompt")
+    error_of(*s.post(p, {"prompt": "hi", "n": 2}), 400, "unsupported_value", "n")
+    err = error_of(*s.post(p, {"prompt": "hi", "logprobs": 1}), 400, "unsupported_parameter", "logprobs")
+    check("logprobs" in err["message"], err["message"])
+    error_of(*s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True}),
+             400, "unsupported_parameter", "logprobs")
+    error_of(*s.post(p, {"prompt": "hi", "kv_compression": {"press": "nope"}}), 400, "invalid_value",
+             "kv_compression.press")
+    error_of(*s.post(p, {"prompt": "hi", "kv_compression": {"press": "snapkv", "budget": 8, "frob": 1}}), 400,
+             "invalid_value", "kv_compression.frob")
+    error_of(*s.post(p, {"prompt": "hi", "kv_compression": {"press": "snapkv", "budget": "many"}}), 400,
+             "invalid_value", "kv_compression.budget")
+    error_of(*s.post(p, {"prompt": "hi", "kv_compression": {"press": "snapkv"}}), 400, "invalid_value",
+             "kv_compression")
+    error_of(*s.post(p, {"prompt": "hi", "kv_compression": "snapkv"}), 400, "invalid_type", "kv_compression")
+    # refused by the engine in the prefill, after admission (nothing generated): whole and streamed
+    odd = {"prompt": LONG[:60], "kv_compression": {"press": "snapkv", "ratio": 0.999, "window": 4}}
+    error_of(*s.post(p, odd), 400, "invalid_value")
+    error_of(*s.post(p, dict(odd, stream=True)), 400, "invalid_value")
+    # the context (128 tokens) and the token limit (--max-tokens 64)
+    error_of(*s.post(p, {"prompt": "word " * 200}), 400, "context_length_exceeded", "prompt")
+    error_of(*s.post(p, {"prompt": LONG, "max_tokens": 60}), 400, "context_length_exceeded", "max_tokens")
+    error_of(*s.post(p, {"prompt": "hi", "max_tokens": 65}), 400, "max_tokens_exceeded", "max_tokens")
+    error_of(*s.post(p, {"prompt": "hi", "max_tokens": 0}), 400, "invalid_value", "max_tokens")
+    # chat shapes
+    c = "/v1/chat/completions"
+    error_of(*s.post(c, {"messages": []}), 400, "invalid_value", "messages")
+    error_of(*s.post(c, {"messages": "hi"}), 400, "invalid_type", "messages")
+    error_of(*s.post(c, {"messages": [{"role": "tool", "content": "x"}]}), 400, "invalid_value", "messages[0].role")
+    error_of(*s.post(c, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), 400,
+             "unsupported_value", "messages[0].content")
+    error_of(*s.post(c, {"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]}), 400,
+             "invalid_value", "messages")  # Gemma's template needs alternating roles
+    # paths and methods
+    status, _, payload = s.request("GET", "/v1/nothing")
+    error_of(status, json.loads(payload), 404, "unknown_url")
+    status, headers, payload = s.request("GET", p)
+    error_of(status, json.loads(payload), 405)
+    check(headers.get("Allow") == "POST", headers)
+    # the official client turns these into exceptions with the fields
+    try:
+        s.client.completions.create(model="m", prompt="hi", n=2)
+        check(False, "n=2 accepted")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.code == "unsupported_value" and e.param == "n", f"{e}")
+
+
+def test_body_limit(s):
+    big = json.dumps({"prompt": "x" * 70000})  # the server runs with --max-body 64K
+    status, _, payload = s.request("POST", "/v1/completions", big)
+    error_of(status, json.loads(payload), 413, "request_too_large")
+    # without a Content-Length (chunked): read, dropped, then 413
+    conn = http.client.HTTPConnection(HOST, s.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=iter([big[:40000].encode(), big[40000:].encode()]),
+                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    resp = conn.getresponse()
+    error_of(resp.status, json.loads(resp.read()), 413, "request_too_large")
+    conn.close()
+
+
+def test_idle_client_timeout(s):
+    # --timeout 3: a connection that sends nothing is closed
+    t0 = time.time()
+    with socket.create_connection((HOST, s.port), timeout=15) as sock:
+        data = sock.recv(100)
+    dt = time.time() - t0
+    check(data == b"" and 2 < dt < 8, f"closed after {dt:.1f} s with {data!r}")
+
+
+def test_slow_client_timeout(s):
+    # --body-timeout 3: a body dripping one byte a second is cut off
+    t0 = time.time()
+    closed = False
+    with socket.create_connection((HOST, s.port), timeout=15) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 200\r\n\r\n")
+        try:
+            for _ in range(12):
+                sock.sendall(b" ")
+                time.sleep(1)
+                sock.settimeout(0.01)
+                try:
+                    if sock.recv(100) == b"":
+                        closed = True
+                        break
+                except socket.timeout:
+                    pass
+                sock.settimeout(15)
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+    dt = time.time() - t0
+    check(closed and dt < 9, f"slow client not cut off ({dt:.1f} s)")
+
+
+def test_concurrent_same_as_sequential(s):
+    prompts = [f"Story number {i}: once upon a time" for i in range(6)]
+    seq = [s.client.completions.create(model="m", prompt=p, max_tokens=10, temperature=0).choices[0].text
+           for p in prompts]
+    par = [None] * len(prompts)
+
+    def one(i):
+        par[i] = s.client.completions.create(model="m", prompt=prompts[i], max_tokens=10,
+                                             temperature=0).choices[0].text
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(par == seq, "parallel requests give the sequential texts")
+
+
+def test_metrics(s):
+    before = s.metrics()
+    s.client.completions.create(model="m", prompt="Hello", max_tokens=3, temperature=0)
+    s.post("/v1/completions", {"prompt": "hi", "n": 2})
+    m = s.metrics()
+    key = 'promptkv_requests_total{endpoint="completions",status="2xx"}'
+    check(m[key] == before[key] + 1, f"{key}: {before[key]} -> {m[key]}")
+    key400 = 'promptkv_requests_total{endpoint="completions",status="400"}'
+    check(m[key400] == before[key400] + 1, key400)
+    check(m["promptkv_prompt_tokens_total"] >= before["promptkv_prompt_tokens_total"] + 2, "prompt tokens")
+    check(m["promptkv_completion_tokens_total"] >= before["promptkv_completion_tokens_total"] + 1, "completion")
+    for k in ("promptkv_prefill_tokens_per_second", "promptkv_decode_tokens_per_second", "promptkv_cache_bytes_in_use",
+              "promptkv_cache_bytes_saved", "promptkv_queue_length", "promptkv_slots_busy", "promptkv_slots"):
+        check(k in m, f"{k} missing")
+    check(m["promptkv_prefill_tokens_per_second"] > 0, "prefill rate")
+    check(m["promptkv_queue_length"] == 0 and m["promptkv_slots_busy"] == 0, "idle")
+    check(m["promptkv_slots"] == 2, "slots")
+
+
+def test_default_press(model):
+    """--press on the command line compresses requests without kv_compression; a request's own wins."""
+    s = Server(model, "--slots", "1", "--press", "snapkv", "--budget", "16", "--window", "4", "--quiet")
+    try:
+        r = s.client.completions.create(model="m", prompt=LONG, max_tokens=2, temperature=0)
+        u = r.usage.model_extra
+        check(u["kv_press"] == "snapkv budget=16 window=4" and u["kv_cache_rows"] < u["kv_cache_rows_full"], f"{u}")
+        r = s.client.completions.create(model="m", prompt=LONG, max_tokens=2, temperature=0,
+                                        extra_body={"kv_compression": {"press": "none"}})
+        u = r.usage.model_extra
+        check(u["kv_press"] == "none" and u["kv_cache_rows"] == u["kv_cache_rows_full"], f"{u}")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_kv_mem_too_big(model):
+    """--kv-mem: a request that can never fit is refused; compression can make it fit."""
+    # tiny-gemma3, f16 cache, -b 16: a row of a head costs 132 bytes (32 + 32 halves and a position); the
+    # 5 sliding layers (window 16) hold at most 2 x 16 + 16 rows; the full layer the prompt (91) + 30 rows:
+    # 5 x 48 x 132 + 121 x 132 = 47652 bytes > 45000. With snapkv budget 8 the full layer peaks at the
+    # prompt's 91 rows while it is compressed: 31680 + 12012 = 43692 <= 45000.
+    s = Server(model, "--kv-mem", "45000", "-b", "16", "--quiet")
+    try:
+        status, body = s.post("/v1/completions", {"prompt": LONG, "max_tokens": 30})
+        error_of(status, body, 400, "request_too_large")
+        status, body = s.post("/v1/completions", {"prompt": LONG, "max_tokens": 30, "kv_compression": {
+            "press": "snapkv", "budget": 8, "window": 4}})
+        check(status == 200, f"the compressed request is admitted: {status} {body}")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+# ---------------------------------------------------------------- real model
+
+
+def test_real_text_matches_cli(s):
+    prompt = "The capital of France is"
+    r = s.client.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0)
+    want = cli_run(REAL, "-p", prompt, "-n", "12")
+    check(r.choices[0].text == want, f"server {r.choices[0].text!r} != run {want!r}")
+    q = "What is the capital of France?"
+    r = s.client.chat.completions.create(model="m", messages=[{"role": "user", "content": q}], max_tokens=12,
+                                         temperature=0)
+    want = cli_run(REAL, "--chat", "-p", q, "-n", "12")
+    check(r.choices[0].message.content == want, f"chat {r.choices[0].message.content!r} != run {want!r}")
+    # compressed: the same text as `run` with the same press
+    doc = " ".join([LONG] * 6) + " Question: when does the museum open? Answer:"
+    r = s.client.completions.create(model="m", prompt=doc, max_tokens=8, temperature=0,
+                                    extra_body={"kv_compression": {"press": "snapkv", "budget": 64, "window": 16}})
+    want = cli_run(REAL, "-p", doc, "-n", "8", "--press", "snapkv", "--budget", "64", "--window", "16")
+    check(r.choices[0].text == want, f"compressed {r.choices[0].text!r} != run {want!r}")
+
+
+def test_real_stop(s):
+    prompt = "The capital of France is"
+    full = s.client.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0).choices[0].text
+    cut = full.find("France")
+    check(cut > 0, f"'France' not in {full!r}")
+    r = s.client.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0, stop=["zzz", "France"])
+    check(r.choices[0].text == full[:cut] and r.choices[0].finish_reason == "stop",
+          f"{r.choices[0].text!r} {r.choices[0].finish_reason}")
+    chunks = list(s.client.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0,
+                                              stop="France", stream=True))
+    text = "".join(c.choices[0].text for c in chunks)
+    check(text == full[:cut] and chunks[-1].choices[0].finish_reason == "stop", f"stream {text!r}")
+
+
+def stream_first_chunk(s, body):
+    """Starts a streaming request and returns the socket once the first event arrived."""
+    sock = socket.create_connection((HOST, s.port), timeout=60)
+    data = json.dumps(body).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    got = b""
+    while b"data: " not in got:
+        chunk = sock.recv(4096)
+        check(chunk, "stream closed early")
+        got += chunk
+    return sock
+
+
+def wait_for(cond, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_real_disconnect_frees_slot(model):
+    s = Server(model, "--slots", "1", "--quiet")
+    try:
+        sock = stream_first_chunk(s, {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+                                      "stream": True})
+        check(s.metrics()["promptkv_slots_busy"] == 1, "slot busy while streaming")
+        sock.close()
+        check(wait_for(lambda: s.metrics()["promptkv_slots_busy"] == 0, 2.0), "slot not freed within 2 s")
+        check(s.metrics()["promptkv_requests_cancelled_total"] == 1, "cancel counted")
+        t0 = time.time()
+        s.client.completions.create(model="m", prompt="Hi", max_tokens=2)
+        check(time.time() - t0 < 5, "the next request ran at once")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_real_queue_full(model):
+    s = Server(model, "--slots", "1", "--queue", "1", "--quiet")
+    socks = []
+    try:
+        socks.append(stream_first_chunk(s, {"prompt": "Once", "max_tokens": 400, "stream": True}))
+        # the second waits in the queue (its headers come only when it starts)
+        waiting = socket.create_connection((HOST, s.port), timeout=60)
+        body = json.dumps({"prompt": "Twice", "max_tokens": 4}).encode()
+        waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+                        f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        socks.append(waiting)
+        check(wait_for(lambda: s.metrics()["promptkv_queue_length"] == 1, 5), "second request queued")
+        status, body = s.post("/v1/completions", {"prompt": "Thrice", "max_tokens": 4})
+        error_of(status, body, 429, "queue_full")
+        try:
+            s.client.completions.create(model="m", prompt="x", max_tokens=1)
+            check(False, "accepted with a full queue")
+        except openai.RateLimitError as e:
+            check(e.status_code == 429, str(e))
+        # the waiting client leaves: it is dropped from the queue
+        waiting.close()
+        check(wait_for(lambda: s.metrics()["promptkv_queue_length"] == 0, 2), "queued request not dropped")
+    finally:
+        for k in socks:
+            k.close()
+        check(s.stop() == 0, "exit code")
+
+
+def test_real_kv_mem_waits(model):
+    """Two requests that fit in --kv-mem only one at a time: the second waits (a slot is free) and then runs."""
+    # Gemma 3 270M, f16: 18 layers x 1 KV head x (256 + 256 halves + a position) = 18504 bytes a token;
+    # "Once upon a time" (6 tokens with BOS) + 100 = 106 tokens: 1.96 MB; two need 3.9 MB > 3 MiB.
+    s = Server(model, "--slots", "2", "--kv-mem", "3M", "--quiet")
+    try:
+        out = []
+
+        def one():
+            out.append(s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 100,
+                                                  "temperature": 0})[0])
+
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        check(wait_for(lambda: s.metrics()["promptkv_memory_waits_total"] == 1, 10), "no request waited for memory")
+        check(s.metrics()["promptkv_slots_busy"] == 1, "one runs at a time")
+        for t in threads:
+            t.join()
+        check(out == [200, 200], f"both answered: {out}")
+        check(s.metrics()["promptkv_cache_bytes_reserved"] == 0, "reservations returned")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_real_sigterm_drains(model):
+    s = Server(model, "--slots", "2", "--drain-timeout", "600", "--quiet")  # slow sanitizer builds too
+    out = {}
+
+    def stream():
+        chunks = list(s.client.completions.create(model="m", prompt="Once upon a time", max_tokens=40,
+                                                  temperature=0, stream=True))
+        out["text"] = "".join(c.choices[0].text for c in chunks)
+        out["finish"] = chunks[-1].choices[0].finish_reason
+
+    t = threading.Thread(target=stream)
+    t.start()
+    check(wait_for(lambda: s.metrics()["promptkv_slots_busy"] == 1, 10), "request running")
+    s.proc.send_signal(signal.SIGTERM)
+    refused = wait_for(lambda: not _connects(s.port), 3)  # no new connections once draining
+    t.join(60)
+    code = s.stop()
+    check(refused, "still accepting connections after SIGTERM")
+    check(out.get("finish") == "length", f"the running request finished: {out}")
+    check(code == 0, f"exit code {code}")
+    check(any("draining" in line for line in s.lines), "no drain message")
+
+
+def _connects(port):
+    try:
+        socket.create_connection((HOST, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- main
+
+
+def main():
+    try:
+        tiny = Server(TINY, "--slots", "2", "--max-tokens", "64", "--max-body", "64K", "--timeout", "3",
+                      "--body-timeout", "3", "--quiet")
+    except Exception as e:
+        print(f"FAIL server_start: {e}")
+        print("0 passed, 1 failed")
+        return 1
+    try:
+        for name, fn in [("models", test_models), ("health", test_health), ("completion", test_completion),
+                         ("completion_token_ids", test_completion_token_ids), ("chat", test_chat),
+                         ("stream_completion", test_stream_completion), ("stream_chat", test_stream_chat),
+                         ("compression", test_compression), ("compression_chat_options", test_compression_chat_options),
+                         ("seed", test_seed), ("max_tokens", test_max_tokens), ("errors", test_errors),
+                         ("body_limit", test_body_limit), ("idle_client_timeout", test_idle_client_timeout),
+                         ("slow_client_timeout", test_slow_client_timeout),
+                         ("concurrent_same_as_sequential", test_concurrent_same_as_sequential),
+                         ("metrics", test_metrics)]:
+            run_test(name, fn, tiny)
+    finally:
+        code = tiny.stop()
+    run_test("sigterm_exit_code", check, code == 0, f"exit code {code}")
+    run_test("default_press", test_default_press, TINY)
+    run_test("kv_mem_too_big", test_kv_mem_too_big, TINY)
+
+    if os.path.exists(REAL):
+        real = Server(REAL, "--slots", "2", "-c", "2048", "--quiet")
+        try:
+            run_test("real_text_matches_cli", test_real_text_matches_cli, real)
+            run_test("real_stop", test_real_stop, real)
+        finally:
+            code = real.stop()
+        run_test("real_exit_code", check, code == 0, f"exit code {code}")
+        run_test("real_disconnect_frees_slot", test_real_disconnect_frees_slot, REAL)
+        run_test("real_queue_full", test_real_queue_full, REAL)
+        run_test("real_kv_mem_waits", test_real_kv_mem_waits, REAL)
+        run_test("real_sigterm_drains", test_real_sigterm_drains, REAL)
+    else:
+        print(f"skip server_real_*: {REAL} is absent (make model)")
+    # a server built with sanitizers reports on stderr (and exits non-zero, checked above)
+    reports = [line for srv in servers for line in srv.lines
+               if "runtime error" in line or "Sanitizer" in line or "LeakSanitizer" in line]
+    run_test("no_sanitizer_reports", check, not reports, "".join(reports[:5]))
+    print(f"{results['pass']} passed, {results['fail']} failed")
+    return 1 if results["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

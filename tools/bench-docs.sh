@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Re-runs every measurement behind docs/performance.md and docs/compression.md.
+#
+#   tools/bench-docs.sh [STEP...]          (make bench runs it with every step)
+#
+# Steps (default: all but the last two, in this order):
+#   gemma-vs-llamacpp        Gemma 3 270M Q4_K_M: pp512 / tg64 against llama-bench, ROUNDS alternating rounds,
+#                            llama.cpp's OpenMP threads passive (OMP_WAIT_POLICY=passive)
+#   gemma-vs-llamacpp-spin   the same with OpenMP's default spin-waiting
+#   llama1b-vs-llamacpp      the same on the Llama-3.2-1B shape, Q8_0 (llama1b-vs-llamacpp-spin: spinning)
+#   llama1b-depths           1B shape: decode ms/token after 1K..16K-token prompts, none / snapkv / protokv
+#                            (budget 1024; one prefill per length, each press on a copy of its cache)
+#   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
+#   gemma-depths             Gemma: the same curve from 1K to 32K
+#   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
+#   gemma-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
+#   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
+#   llama1b-32k              1B shape at 32K, none and snapkv (long: a 32K prefill; only when named)
+#
+# Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it),
+# OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 3), ROUNDS (default 2),
+# MEM_CAP (default 8G), PROMPTKV (default build/promptkv).
+# Models: models/gemma-3-270m-q4_k_m.gguf (make model) and models/llama-3.2-1b-q8_0.gguf
+# (written here with promptkv synth when missing). Each step writes STEP.md (the command and
+# its output), and, where it applies, STEP.csv and STEP.svg into OUT.
+set -euo pipefail
+
+PROMPTKV=${PROMPTKV:-build/promptkv}
+OUT=${OUT:-out/bench}
+THREADS=${THREADS:-2}
+NICE=${NICE:-10}
+REPS=${REPS:-3}
+ROUNDS=${ROUNDS:-2}
+MEM_CAP=${MEM_CAP:-8G}
+LLAMA_BENCH=${LLAMA_BENCH:-}
+GEMMA=models/gemma-3-270m-q4_k_m.gguf
+L1B=models/llama-3.2-1b-q8_0.gguf
+
+[ -x "$PROMPTKV" ] || { echo "bench-docs: build first (make)" >&2; exit 1; }
+mkdir -p "$OUT"
+
+need_gemma() { [ -r "$GEMMA" ] || { echo "bench-docs: $GEMMA missing (make model)" >&2; exit 1; }; }
+need_1b() {
+    if [ ! -r "$L1B" ]; then
+        mkdir -p models
+        "$PROMPTKV" synth llama-3.2-1b --type q8_0 -o "$L1B"
+    fi
+}
+
+# run STEP COMMAND...: records the machine, the command and its output in OUT/STEP.md
+run() {
+    local step=$1
+    shift
+    local md="$OUT/$step.md"
+    {
+        echo "# $step"
+        echo
+        echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs," \
+             "promptkv $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
+             "$(date -u +%Y-%m-%dT%H:%MZ), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo
+        echo '```'
+        echo "$*"
+        echo '```'
+        echo
+    } > "$md"
+    echo "bench-docs: $step: $*" >&2
+    local t0=$SECONDS
+    nice -n "$NICE" "$@" >> "$md" 2> "$OUT/$step.log"
+    {
+        echo
+        echo "wall time $((SECONDS - t0)) s, load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    } >> "$md"
+}
+
+# vs_llamacpp STEP MODEL WAIT [VAR=VALUE...]: tools/bench-vs-llamacpp.sh in ROUNDS alternating rounds.
+# OMP_WAIT_POLICY=passive: llama.cpp's OpenMP threads sleep at barriers instead of spinning, as
+# promptkv's pool does; on a machine with more runnable threads than CPUs a spinning thread holds a
+# CPU its partner needs (see docs/performance.md). WAIT "default" leaves OpenMP's own policy.
+vs_llamacpp() {
+    local step=$1 model=$2 wait=$3
+    shift 3
+    if [ -z "$LLAMA_BENCH" ]; then echo "bench-docs: $step skipped (set LLAMA_BENCH)" >&2; return; fi
+    [ "$wait" = default ] && wait=
+    run "$step" env ${wait:+OMP_WAIT_POLICY=$wait} NICE=0 PROMPTKV="$PROMPTKV" REPS="$REPS" ROUNDS="$ROUNDS" \
+        PP=512 TG=64 "$@" tools/bench-vs-llamacpp.sh "$LLAMA_BENCH" "$model" "$THREADS"
+}
+
+step_gemma-vs-llamacpp() { need_gemma; vs_llamacpp gemma-vs-llamacpp "$GEMMA" passive; }
+step_gemma-vs-llamacpp-spin() { need_gemma; vs_llamacpp gemma-vs-llamacpp-spin "$GEMMA" default; }
+step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B" passive; }
+step_llama1b-vs-llamacpp-spin() { need_1b; vs_llamacpp llama1b-vs-llamacpp-spin "$L1B" default; }
+
+# decode from an empty cache against the memory-bandwidth bound (weights + cache bytes per token
+# over the measured read bandwidth)
+step_gemma-roofline() {
+    need_gemma
+    run gemma-roofline "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 64 -r "$REPS" -t "$THREADS"
+}
+step_llama1b-roofline() {
+    need_1b
+    run llama1b-roofline "$PROMPTKV" bench -m "$L1B" -p 0 -n 64 -r "$REPS" -t "$THREADS"
+}
+
+# llama.cpp's full-cache decode after a 16K prompt against promptkv's, none and snapkv, in one run
+step_llama1b-vs-llamacpp-d16k() {
+    need_1b
+    vs_llamacpp llama1b-vs-llamacpp-d16k "$L1B" passive PP=0 TG=0 DEPTH=16384 DTG=32 ROUNDS=1 \
+        PRESSES=none,snapkv:budget=1024
+}
+
+# decode ms/token against prompt length: one prefill per length, each press on a copy of its cache
+PRESSES_CMP=none,snapkv:budget=1024,protokv:budget=1024
+step_llama1b-depths() {
+    need_1b
+    run llama1b-depths "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 1024,2048,4096,8192,16384 --depth-gen 32 \
+        -r "$REPS" -t "$THREADS" --presses "$PRESSES_CMP" \
+        --csv "$OUT/llama1b-depths.csv" --svg "$OUT/llama1b-depths.svg"
+}
+
+step_gemma-depths() {
+    need_gemma
+    run gemma-depths "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 0 --depths 1024,2048,4096,8192,16384,32768 \
+        --depth-gen 32 -r "$REPS" -t "$THREADS" --presses "$PRESSES_CMP" \
+        --csv "$OUT/gemma-depths.csv" --svg "$OUT/gemma-depths.svg"
+}
+
+step_llama1b-32k() {
+    need_1b
+    run llama1b-32k "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 32768 --depth-gen 32 -r "$REPS" -t "$THREADS" \
+        --presses none,snapkv:budget=1024 --csv "$OUT/llama1b-32k.csv"
+}
+
+step_gemma-mem() {
+    need_gemma
+    run gemma-mem "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" --mem-probe 4096,8192 \
+        --presses none,snapkv:budget=1024
+}
+
+step_llama1b-mem() {
+    need_1b
+    run llama1b-mem "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" --mem-probe 2048,4096 \
+        --presses none,snapkv:budget=1024
+}
+
+ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin llama1b-vs-llamacpp llama1b-depths llama1b-vs-llamacpp-d16k
+     gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline)
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
+for s in "${steps[@]}"; do
+    if ! declare -F "step_$s" > /dev/null; then
+        echo "bench-docs: unknown step '$s' (steps: ${ALL[*]})" >&2
+        exit 2
+    fi
+done
+for s in "${steps[@]}"; do "step_$s"; done
+echo "bench-docs: results in $OUT" >&2
