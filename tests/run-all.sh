@@ -42,9 +42,8 @@ run_suite() {
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# pending_: checks that wait on something not yet delivered (tests/test_retriever.c); run them by name
-run_suite "unit (asan+ubsan)" "$BUILD/san/test_runner" --exclude real_ --exclude slow_ --exclude pending_
-run_suite "all (optimised)" "$BUILD/test_runner" --exclude pending_
+run_suite "unit (asan+ubsan)" "$BUILD/san/test_runner" --exclude real_ --exclude slow_
+run_suite "all (optimised)" "$BUILD/test_runner"
 run_suite "cli" tests/cli-test.sh "$BUILD/promptkv"
 run_suite "server" tests/server-test.sh "$BUILD/promptkv"
 run_suite "eval smoke" tests/eval-smoke.sh "$BUILD/promptkv" "$BUILD/mpi/promptkv"

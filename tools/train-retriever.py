@@ -644,7 +644,8 @@ def cmd_train(args) -> int:
     model.train()
     t_last = time.time()
     run_loss, run_exact, run_n = 0.0, 0.0, 0
-    for step in range(start, tc.steps):
+    last = tc.steps if args.stop_after is None else min(tc.steps, args.stop_after)
+    for step in range(start, last):
         ids, mask, n = make_batch(tc, step)
         for g in opt.param_groups:
             g["lr"] = lr_at(tc, step)
@@ -669,10 +670,11 @@ def cmd_train(args) -> int:
             log.append(entry)
             print(json.dumps(entry), flush=True)
             run_loss, run_exact, run_n = 0.0, 0.0, 0
-        if (step + 1) % tc.checkpoint_every == 0 or step + 1 == tc.steps:
+        if (step + 1) % tc.checkpoint_every == 0 or step + 1 == last:
             save_checkpoint(ckpt, model, opt, step + 1, mc, tc, wall, log)
             t_last = time.time()
-    print(f"done: {tc.steps} steps, {wall / 3600:.2f} h of training wall time", flush=True)
+    print(f"{'done' if last == tc.steps else 'stopped'}: {last} of {tc.steps} steps, {wall / 3600:.2f} h of training "
+          "wall time", flush=True)
     return 0
 
 
@@ -749,7 +751,7 @@ def cmd_export(args) -> int:
 # Test fixtures
 # ----------------------------------------------------------------------------------------------------
 
-LOGITS_MAGIC = b"PKVRTL1\0"
+LOGITS_MAGIC = b"PKVRTL2\0"
 # (task, length, index) of the prompts whose logits are recorded: a short one in full, two long ones sampled
 LOGIT_PROMPTS = (("kv", 512, 0), ("multivalue", 1024, 0), ("passkey", 2048, 0))
 LOGIT_SEED = HELDOUT_SEED + 1
@@ -760,10 +762,12 @@ def logit_positions(n: int) -> list[int]:
     return sorted(set(range(0, n, 61)) | set(range(max(0, n - 8), n)))
 
 
-def write_logits_fixture(path: Path, hf) -> list[str]:
-    """Layout (little-endian): magic "PKVRTL1\\0"; int32 n_vocab, n_prompts; per prompt: int32 n_text,
-    n_tokens, n_pos; char text[n_text]; int32 tokens[n_tokens]; int32 pos[n_pos];
-    float32 logits[n_pos][n_vocab] (logits after consuming tokens[0..pos])."""
+def write_logits_fixture(path: Path, hf, hf32) -> list[str]:
+    """Layout (little-endian): magic "PKVRTL2\\0"; int32 n_vocab, n_prompts; per prompt: int32 n_text,
+    n_tokens, n_pos; float32 f32_err; char text[n_text]; int32 tokens[n_tokens]; int32 pos[n_pos];
+    float32 logits[n_pos][n_vocab] (hf's logits after consuming tokens[0..pos]).  f32_err is how far HF's
+    float32 model (hf32) is from hf at those positions (max |dlogit|): the rounding any float32
+    implementation of this model shows on this prompt."""
     lines = []
     with open(path, "wb") as f:
         f.write(LOGITS_MAGIC)
@@ -774,13 +778,15 @@ def write_logits_fixture(path: Path, hf) -> list[str]:
             ids = encode(prompt)
             logits = hf_logits(hf, ids)
             pos = logit_positions(len(ids))
+            f32_err = float(np.abs(hf_logits(hf32, ids)[pos] - logits[pos]).max())
             text = prompt.encode()
-            f.write(struct.pack("<iii", len(text), len(ids), len(pos)))
+            f.write(struct.pack("<iiif", len(text), len(ids), len(pos), f32_err))
             f.write(text)
             f.write(np.asarray(ids, dtype="<i4").tobytes())
             f.write(np.asarray(pos, dtype="<i4").tobytes())
             f.write(np.ascontiguousarray(logits[pos], dtype="<f4").tobytes())
-            lines.append(f"{task} {len(ids)} tokens: max |logit| {np.abs(logits).max():.2f}, "
+            lines.append(f"{task} {len(ids)} tokens: max |logit| {np.abs(logits).max():.2f}, HF float32 off by "
+                         f"{f32_err:.2e}, "
                          f"answer {answer!r}, argmax at the end {decode([int(logits[-1].argmax())])!r}")
     return lines
 
@@ -804,6 +810,7 @@ def cmd_fixtures(args) -> int:
     model, _ = load_checkpoint(args.checkpoint)
     # float64: the reference's own rounding (~4e-5 in float32 at 2K tokens) stays out of the engine's budget;
     # RoPE frequencies in float64 too (HF rounds them to float32 first), as the engine computes its angles
+    hf32 = hf_model_of(model)
     hf = hf_model_of(model).double()
     rot = hf.model.rotary_emb
     exact = 1.0 / (model.cfg.rope_theta ** (torch.arange(0, model.cfg.head_dim, 2, dtype=torch.float64) / model.cfg.head_dim))
@@ -811,7 +818,7 @@ def cmd_fixtures(args) -> int:
     if hasattr(rot, "original_inv_freq"):
         rot.original_inv_freq = exact
     FIXTURE_DIR.mkdir(parents=True, exist_ok=True)
-    for line in write_logits_fixture(FIXTURE_DIR / "logits.ref", hf):
+    for line in write_logits_fixture(FIXTURE_DIR / "logits.ref", hf, hf32):
         print(line)
     counts = {512: args.n512, 1024: args.n1024, 2048: args.n2048}
     n = write_heldout_fixture(FIXTURE_DIR / "heldout.txt", counts)
@@ -898,6 +905,8 @@ def main() -> int:
     t.add_argument("--warmup", type=int, default=TrainConfig.warmup)
     t.add_argument("--threads", type=int, default=TrainConfig.threads)
     t.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
+    t.add_argument("--stop-after", type=int, default=None,
+                   help="stop after this step (checkpoint written); resume later, possibly with another --steps")
     for f in ("n_embd", "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff"):
         t.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(ModelConfig, f))
     t.set_defaults(fn=cmd_train)
@@ -909,9 +918,9 @@ def main() -> int:
     x.set_defaults(fn=cmd_export)
     f = sub.add_parser("fixtures", help="tests/fixtures/retriever: held-out prompts, HF reference logits")
     f.add_argument("--checkpoint", type=Path, default=DEFAULT_OUT / "checkpoint.pt")
-    f.add_argument("--n512", type=int, default=4, help="prompts per task at 512 tokens")
-    f.add_argument("--n1024", type=int, default=2)
-    f.add_argument("--n2048", type=int, default=1)
+    f.add_argument("--n512", type=int, default=16, help="prompts per task at 512 tokens")
+    f.add_argument("--n1024", type=int, default=8)
+    f.add_argument("--n2048", type=int, default=4)
     f.add_argument("--threads", type=int, default=2)
     f.set_defaults(fn=cmd_fixtures)
     e = sub.add_parser("eval", help="exact-match accuracy on held-out prompts (PyTorch, or --engine)")
