@@ -15,7 +15,7 @@
 #   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
 #   gemma-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
-#   llama1b-32k              1B shape at 32K, none and snapkv (long: a 32K prefill; only when named)
+#   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
 #
 # Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it),
 # OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 3), ROUNDS (default 2),
@@ -127,8 +127,8 @@ step_gemma-depths() {
 
 step_llama1b-32k() {
     need_1b
-    run llama1b-32k "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 32768 --depth-gen 32 -r "$REPS" -t "$THREADS" \
-        --presses none,snapkv:budget=1024 --csv "$OUT/llama1b-32k.csv"
+    run llama1b-32k "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 --depths 1024,32768 --depth-gen 32 -r "$REPS" \
+        -t "$THREADS" --presses none,snapkv:budget=1024 --csv "$OUT/llama1b-32k.csv"
 }
 
 step_gemma-mem() {
