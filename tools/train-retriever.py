@@ -17,7 +17,8 @@ Tasks (generated; prompts end with a question, the answer follows " A:" and ends
   copy        repeat a random 16-40 letter line that appeared once in the context
 
 Subcommands:
-  train    train with a length curriculum (128 -> 2048 tokens), checkpointing to --out (resumable)
+  train    train with a length curriculum (32 -> 2,112 tokens), checkpointing to --out (resumable;
+           --stop-after N stops after step N, to resume later with another --steps)
   export   checkpoint -> GGUF (llama.cpp's converter layout: q/k rows permuted for NORM rope, §5.2),
            after checking that HF transformers' LlamaForCausalLM with the same weights gives the same logits
   fixtures held-out prompts + gold answers (tests/fixtures/retriever/heldout.txt) and reference logits of
