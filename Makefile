@@ -2,7 +2,8 @@
 #   make            library + CLI (build/promptkv, build/libpromptkv.a) + build/bench-press (press timings)
 #   make run        build, install the default model, run the demo
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
-#   make model      install the default model (Gemma 3 270M Q4_K_M) into models/
+#   make model      install a model into models/ (NAME=qwen2.5-coder-0.5b-instruct, the default;
+#                   qwen2.5-coder-1.5b-instruct; gemma-3-270m): tools/install-model.sh --list
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
 #   make bench      re-run the measurements of docs/performance.md and docs/compression.md
 #                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
@@ -84,23 +85,32 @@ lib: $(BUILD)/libpromptkv.a
 cli: $(BUILD)/promptkv
 tests: $(BUILD)/test_runner $(BUILD)/san/test_runner
 
-DEFAULT_MODEL = models/gemma-3-270m-q4_k_m.gguf
+# models by name (tools/install-model.sh): the file each name installs
+NAME          ?= qwen2.5-coder-0.5b-instruct
+DEFAULT_MODEL  = models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+GEMMA_MODEL    = models/gemma-3-270m-q4_k_m.gguf
+QWEN15_MODEL   = models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
-model: $(DEFAULT_MODEL)
+model:
+	PYTHON=$(PYTHON) tools/install-model.sh $(NAME)
 $(DEFAULT_MODEL):
-	PYTHON=$(PYTHON) tools/install-model.sh $@
+	PYTHON=$(PYTHON) tools/install-model.sh qwen2.5-coder-0.5b-instruct
+$(GEMMA_MODEL):
+	PYTHON=$(PYTHON) tools/install-model.sh gemma-3-270m
+$(QWEN15_MODEL):
+	PYTHON=$(PYTHON) tools/install-model.sh qwen2.5-coder-1.5b-instruct
 
 run: all $(DEFAULT_MODEL)
 	tools/demo.sh $(BUILD)/promptkv $(DEFAULT_MODEL)
 
 # the MPI build of the CLI (own tree) lets the eval smoke test check that
 # mpirun -np 2 writes the files one process writes
-test: all tests $(DEFAULT_MODEL)
+test: all tests $(DEFAULT_MODEL) $(GEMMA_MODEL)
 	@tools/install-deps.sh --test
 	$(MAKE) MPI=1 BUILD=$(BUILD)/mpi $(BUILD)/mpi/promptkv
 	BUILD=$(BUILD) tests/run-all.sh
 
-bench: all $(DEFAULT_MODEL)
+bench: all $(GEMMA_MODEL)
 	tools/bench-docs.sh
 
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)

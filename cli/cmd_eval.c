@@ -41,7 +41,9 @@ static const char EVAL_USAGE[] =
     "      --niah-depths LIST depths in percent (default 0,25,50,75,100)\n"
     "      --niah-samples N   samples per grid cell (default 1)\n"
     "      --press LIST       presses (default none,snapkv,streamingllm,h2o,tova,knorm,random and any\n"
-    "                         other registered press); the full cache always runs\n"
+    "                         other registered press); the full cache always runs. An item may\n"
+    "                         carry options of its own and a label: snapkv:kernel=5:pool=avg,\n"
+    "                         snapkv+pyramid=snapkv:layer_budget=pyramid\n"
     "      --budgets LIST     rows kept per head per layer (default 64,128,256,512)\n"
     "      --ratios LIST      fractions removed, e.g. 0.5,0.75,0.875 (default none)\n"
     "      --ratio-presses L  presses that also run at the ratios (default: every press); the\n"
@@ -51,6 +53,8 @@ static const char EVAL_USAGE[] =
     "      --kernel K         pooling kernel of presses that pool (snapkv)\n"
     "      --pool avg|max     pooling of presses that pool\n"
     "      --press-opt K=V    an option for every press that has it; PRESS.K=V for one press\n"
+    "      --chat auto|on|off prompts in the model's chat template (auto: when the GGUF carries\n"
+    "                         tokenizer.chat_template, as for instruct models)\n"
     "      --agree-k K        generated tokens compared with the full cache (default 8, 0: off)\n"
     "      --seed S           base seed of the generators (default 0)\n"
     "  -o, --out DIR          output directory (default eval-out)\n"
@@ -94,7 +98,9 @@ typedef struct {
     double grid_depths[MAX_LIST];
     int n_grid_depths;
     int grid_samples;
-    char presses[MAX_LIST][32];
+    char presses[MAX_LIST][32]; /* labels: the registry name, or LABEL of LABEL=PRESS:... */
+    char press_base[MAX_LIST][32];
+    char press_spec[MAX_LIST][160]; /* ":KEY=VALUE" options of the item, "" for none */
     int n_presses;
     int budgets[MAX_LIST], n_budgets;
     double ratios[MAX_LIST];
@@ -110,6 +116,7 @@ typedef struct {
     int agree_k;
     uint64_t seed;
     bool resume, force, report_only;
+    int chat; /* -1 auto (when the file has a chat template), 0 off, 1 on */
     int threads;
     pkv_simd simd;
 } eval_args;
@@ -208,21 +215,67 @@ static int parse_tasks(eval_args *a, const char *s) {
     return 0;
 }
 
+static bool is_listed_n(const char (*names)[32], int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return true;
+    return false;
+}
+
+/* One --press item: PRESS, PRESS:KEY=VALUE[:KEY=VALUE...] (options of this
+ * press only), or LABEL=PRESS:... to name the variant in tables and plots. */
+static int parse_press_item(eval_args *a, const char *item) {
+    const char *colon = strchr(item, ':'), *eq = strchr(item, '=');
+    char label[96] = "", spec[160];
+    const char *body = item;
+    if (eq && (!colon || eq < colon)) {
+        snprintf(label, sizeof label, "%.*s", (int)(eq - item), item);
+        body = eq + 1;
+        colon = strchr(body, ':');
+    }
+    char base[96];
+    snprintf(base, sizeof base, "%.*s", (int)(colon ? (size_t)(colon - body) : strlen(body)), body);
+    snprintf(spec, sizeof spec, "%s", colon ? colon : "");
+    if (!label[0]) snprintf(label, sizeof label, "%.95s", body);
+    const char *name, *summary;
+    bool known = false;
+    for (int k = 0; pkv_press_list(k, &name, &summary) && !known; k++) known = !strcmp(name, base);
+    if (!known) {
+        cli_error("eval", "unknown press '%s' in --press item '%s' (see promptkv run --help-press)", base, item);
+        return -1;
+    }
+    if (strlen(label) >= sizeof a->presses[0] || strlen(base) >= sizeof a->press_base[0] ||
+        strlen(colon ? colon : "") >= sizeof a->press_spec[0]) {
+        cli_error("eval", "--press item '%s' is too long (labels up to %zu bytes)", item, sizeof a->presses[0] - 1);
+        return -1;
+    }
+    for (const char *o = spec; *o;) { /* each option is KEY=VALUE */
+        const char *next = strchr(o + 1, ':');
+        size_t len = next ? (size_t)(next - o - 1) : strlen(o + 1);
+        const char *e = memchr(o + 1, '=', len);
+        if (!e || e == o + 1 || len == (size_t)(e - o)) {
+            cli_error("eval", "--press item '%s': options are :KEY=VALUE", item);
+            return -1;
+        }
+        o = next ? next : o + 1 + len;
+    }
+    if (is_listed_n(a->presses, a->n_presses, label)) {
+        cli_error("eval", "--press: '%s' is listed twice (give variants their own LABEL=PRESS:...)", label);
+        return -1;
+    }
+    int i = a->n_presses++;
+    snprintf(a->presses[i], sizeof a->presses[0], "%.31s", label);
+    snprintf(a->press_base[i], sizeof a->press_base[0], "%.31s", base);
+    snprintf(a->press_spec[i], sizeof a->press_spec[0], "%.159s", spec);
+    return 0;
+}
+
 static int parse_presses(eval_args *a, const char *s) {
     char items[MAX_LIST][96];
     int n = split_list("eval", "--press", s, items, MAX_LIST);
     if (n < 0) return -1;
     a->n_presses = 0;
-    for (int i = 0; i < n; i++) {
-        const char *name, *summary;
-        bool known = false;
-        for (int k = 0; pkv_press_list(k, &name, &summary) && !known; k++) known = !strcmp(name, items[i]);
-        if (!known) {
-            cli_error("eval", "unknown press '%s' (see promptkv run --help-press)", items[i]);
-            return -1;
-        }
-        snprintf(a->presses[a->n_presses++], sizeof a->presses[0], "%.31s", items[i]);
-    }
+    for (int i = 0; i < n; i++)
+        if (parse_press_item(a, items[i])) return -1;
     return 0;
 }
 
@@ -236,11 +289,7 @@ static int parse_ratio_presses(eval_args *a, const char *s) {
     return 0;
 }
 
-static bool is_listed(const char (*names)[32], int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], name)) return true;
-    return false;
-}
+static bool is_listed(const char (*names)[32], int n, const char *name) { return is_listed_n(names, n, name); }
 
 /* Whether a press runs at the ratios as well as at the budgets. */
 static bool runs_ratios(const eval_args *a, const char *press) {
@@ -275,8 +324,11 @@ static void defaults(eval_args *a) {
     a->n_grid_depths = 5;
     a->grid_samples = 1;
     const char *name, *summary;
-    for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++)
-        snprintf(a->presses[a->n_presses++], sizeof a->presses[0], "%.31s", name);
+    for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++) {
+        snprintf(a->presses[a->n_presses], sizeof a->presses[0], "%.31s", name);
+        snprintf(a->press_base[a->n_presses++], sizeof a->press_base[0], "%.31s", name);
+    }
+    a->chat = -1;
     int b[] = {64, 128, 256, 512};
     for (int i = 0; i < 4; i++) a->budgets[i] = b[i];
     a->n_budgets = 4;
@@ -388,6 +440,18 @@ static int parse_args(int argc, char **argv, eval_args *a) {
         } else if (!strcmp(f, "--press-opt")) {
             VALUE();
             if (add_opt(a, NULL, v)) return -1;
+        } else if (!strcmp(f, "--chat")) {
+            VALUE();
+            if (!strcmp(v, "auto"))
+                a->chat = -1;
+            else if (!strcmp(v, "on"))
+                a->chat = 1;
+            else if (!strcmp(v, "off"))
+                a->chat = 0;
+            else {
+                cli_error(cmd, "--chat must be auto, on or off, got '%s'", v);
+                return -1;
+            }
         } else if (!strcmp(f, "--agree-k")) {
             VALUE();
             if (!cli_int(cmd, f, v, 0, 4096, &n)) return -1;
@@ -442,7 +506,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
 static int build_configs(const eval_args *a, pkv_eval_config *configs, int *n) {
     pkv_error err;
     *n = 0;
-    if (pkv_eval_config_init(&configs[(*n)++], "none", 0, 0, NULL, 0, &err)) goto fail;
+    if (pkv_eval_config_init(&configs[(*n)++], "none", "none", 0, 0, NULL, 0, &err)) goto fail;
     for (int p = 0; p < a->n_presses; p++) {
         if (!strcmp(a->presses[p], "none")) continue;
         int n_sizes = a->n_budgets + (runs_ratios(a, a->presses[p]) ? a->n_ratios : 0);
@@ -453,7 +517,24 @@ static int build_configs(const eval_args *a, pkv_eval_config *configs, int *n) {
             }
             int budget = b < a->n_budgets ? a->budgets[b] : 0;
             double ratio = b < a->n_budgets ? 0 : a->ratios[b - a->n_budgets];
-            if (pkv_eval_config_init(&configs[*n], a->presses[p], budget, ratio, a->opts, a->n_opts, &err)) goto fail;
+            /* the item's own options after the global ones: they win */
+            const char *opts[2 * MAX_LIST];
+            char item_opts[MAX_LIST][160];
+            int n_opts = 0;
+            for (int k = 0; k < a->n_opts; k++) opts[n_opts++] = a->opts[k];
+            for (const char *o = a->press_spec[p]; *o && n_opts < 2 * MAX_LIST;) {
+                const char *next = strchr(o + 1, ':');
+                size_t len = next ? (size_t)(next - o - 1) : strlen(o + 1);
+                /* "press.key=value": applied to this press only */
+                snprintf(item_opts[n_opts - a->n_opts], sizeof item_opts[0], "%s.%.*s", a->press_base[p], (int)len,
+                         o + 1);
+                opts[n_opts] = item_opts[n_opts - a->n_opts];
+                n_opts++;
+                o = next ? next : o + 1 + len;
+            }
+            if (pkv_eval_config_init(&configs[*n], a->presses[p], a->press_base[p], budget, ratio, opts, n_opts,
+                                     &err))
+                goto fail;
             (*n)++;
         }
     }
@@ -513,20 +594,28 @@ static int check_or_write_manifest(const eval_args *a, const char *name, const c
         free(old);
         const char *m = pkv_json_get_str(j, "model", "");
         double bytes = pkv_json_get_num(j, "model_bytes", -1), seed = pkv_json_get_num(j, "seed", -1);
+        /* runs written before the chat option were plain-text runs */
+        bool chat = pkv_json_get_num(j, "chat", 0) != 0;
         bool same = !strcmp(m, name) && (long long)bytes == model_bytes && (uint64_t)seed == a->seed;
         if (!same)
             cli_error("eval",
                       "%s holds a run of model '%s' (%.0f bytes) with seed %.0f; this is '%s' (%lld bytes) "
                       "with seed %llu (use another --out, or --force to start over)",
                       a->out_dir, m, bytes, seed, name, model_bytes, (unsigned long long)a->seed);
+        else if (chat != (a->chat == 1)) {
+            cli_error("eval", "%s holds a run with the chat format %s; this one has it %s (see --chat)", a->out_dir,
+                      chat ? "on" : "off", a->chat == 1 ? "on" : "off");
+            same = false;
+        }
         pkv_json_free(j);
         return same ? 0 : -1;
     }
     pkv_sbuf b = {0};
     pkv_sbuf_puts(&b, "{\"model\":");
     pkv_json_str(&b, name);
-    pkv_sbuf_printf(&b, ",\"model_bytes\":%lld,\"seed\":%llu,\"prose_seed\":%llu,\"command\":", model_bytes,
-                    (unsigned long long)a->seed, (unsigned long long)PKV_PROSE_SEED);
+    pkv_sbuf_printf(&b, ",\"model_bytes\":%lld,\"seed\":%llu,\"prose_seed\":%llu,\"chat\":%s,\"command\":",
+                    model_bytes, (unsigned long long)a->seed, (unsigned long long)PKV_PROSE_SEED,
+                    a->chat == 1 ? "true" : "false");
     pkv_json_str(&b, command);
     pkv_sbuf_puts(&b, "}\n");
     FILE *f = fopen(path, "wb");
@@ -768,14 +857,15 @@ int cmd_eval(int argc, char **argv) {
     else
         snprintf(rows_path, sizeof rows_path, "%s", results);
 
-    /* rank 0 prepares the directory; everyone then reads what is done */
-    int status = rk.rank == 0 ? (prepare_dir(&a, name, command) ? 1 : 0) : 0;
-    if (ranks_max(status)) {
+    model = cli_load_model("eval", a.model_path, a.simd);
+    if (ranks_max(model ? 0 : 1)) {
         exit_code = EXIT_RUNTIME;
         goto done;
     }
-    model = cli_load_model("eval", a.model_path, a.simd);
-    if (ranks_max(model ? 0 : 1)) {
+    if (a.chat < 0) a.chat = pkv_model_has_chat_template(model) ? 1 : 0;
+    /* rank 0 prepares the directory; everyone then reads what is done */
+    int status = rk.rank == 0 ? (prepare_dir(&a, name, command) ? 1 : 0) : 0;
+    if (ranks_max(status)) {
         exit_code = EXIT_RUNTIME;
         goto done;
     }
@@ -799,7 +889,7 @@ int cmd_eval(int argc, char **argv) {
         if (threads < 1) threads = 1;
     }
     bool attn_sums = false;
-    for (int i = 0; i < n_configs; i++) attn_sums |= !strcmp(configs[i].press, "h2o");
+    for (int i = 0; i < n_configs; i++) attn_sums |= !strcmp(configs[i].base, "h2o");
     progress_state ps = {isatty(STDERR_FILENO), rk.rank, rk.size, 0};
     pkv_eval_sweep_opts so = {
         .model = model,
@@ -808,6 +898,7 @@ int cmd_eval(int argc, char **argv) {
                    .keep_window = a.window,
                    .attn_sums = attn_sums,
                    .agree_k = a.agree_k,
+                   .chat = a.chat == 1,
                    .stop = &g_stop},
         .rows_path = rows_path,
         .rank = rk.rank,

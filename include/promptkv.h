@@ -145,6 +145,43 @@ typedef struct {
 int pkv_chat_format(const pkv_model *model, const pkv_chat_message *messages, int n_messages,
                     char *buf, int buf_len, int *system_end, pkv_error *err);
 
+/* True when the file carries tokenizer.chat_template (an instruct model:
+ * front ends apply the chat format by default). */
+bool pkv_model_has_chat_template(const pkv_model *model);
+
+/* ---------------------------------------------------------------- prompts */
+
+/* A prompt in the segments the compression protocol distinguishes (kvpress's
+ * pipeline): the context is compressed in every mode, the question only in
+ * query-aware mode, the answer prefix never. With chat set, the model's chat
+ * template renders [system,] user = context + question and the assistant's
+ * generation prompt; the template's text after the question (end of turn,
+ * assistant header) goes with the answer prefix. */
+typedef struct {
+    const char *system;        /* NULL: none (chat only; ChatML then renders its default system prompt) */
+    const char *context;
+    const char *question;      /* NULL or "": none */
+    const char *answer_prefix; /* NULL or "": none */
+    bool chat;
+} pkv_prompt_parts;
+
+/* The tokens of a prompt and where its segments end: [0, system_end) the
+ * system prompt's rendering (to protect it), [context_begin, context_end)
+ * the context's own text, [context_end, question_end) the question, the rest
+ * the template's tail and the answer prefix. Each segment is tokenized on its
+ * own (template text with special tokens, the user's text without). */
+typedef struct {
+    int32_t *tokens;
+    int n_tokens;
+    int system_end;
+    int context_begin, context_end;
+    int question_end;
+} pkv_prompt_tokens;
+
+int pkv_prompt_tokenize(const pkv_model *model, const pkv_prompt_parts *parts, pkv_prompt_tokens *out,
+                        pkv_error *err);
+void pkv_prompt_tokens_free(pkv_prompt_tokens *tokens);
+
 /* ---------------------------------------------------------------- compression */
 
 /* A token range [begin, end) that no press may evict. */

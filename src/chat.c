@@ -51,6 +51,43 @@ pkv_chat_family pkv_chat_detect(const gguf_file *f, const char *arch) {
     return PKV_CHAT_NONE;
 }
 
+/* The default system prompt a ChatML template writes when the conversation has
+ * none: the text of a Jinja string literal '<|im_start|>system\n...<|im_end|>'
+ * (escapes \n, \t, \', \" and \\ undone). Qwen2's and Qwen2.5's templates
+ * hold one each; a template with none gives false. */
+bool pkv_chat_default_system(const gguf_file *f, char *buf, int buf_len) {
+    gguf_str tmpl;
+    pkv_error err;
+    if (!f || buf_len < 1 || gguf_get_str(f, "tokenizer.chat_template", &tmpl, &err) != 0) return false;
+    static const char head[] = "<|im_start|>system\\n", tail[] = "<|im_end|>";
+    size_t nh = sizeof head - 1, nt = sizeof tail - 1;
+    for (uint64_t i = 1; i + nh <= tmpl.len; i++) {
+        char quote = tmpl.ptr[i - 1];
+        if ((quote != '\'' && quote != '"') || memcmp(tmpl.ptr + i, head, nh)) continue;
+        /* the literal's text up to <|im_end|>, within the same literal */
+        int n = 0;
+        bool ok = false;
+        for (uint64_t j = i + nh; j < tmpl.len && tmpl.ptr[j] != quote; j++) {
+            if (j + nt <= tmpl.len && !memcmp(tmpl.ptr + j, tail, nt)) {
+                ok = n > 0;
+                break;
+            }
+            char c = tmpl.ptr[j];
+            if (c == '\\' && j + 1 < tmpl.len) {
+                char e = tmpl.ptr[++j];
+                c = e == 'n' ? '\n' : e == 't' ? '\t' : e;
+            }
+            if (n + 1 >= buf_len) break;
+            buf[n++] = c;
+        }
+        if (ok) {
+            buf[n] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
 const char *pkv_chat_family_name(pkv_chat_family family) {
     switch (family) {
     case PKV_CHAT_NONE: return "none";
@@ -156,11 +193,16 @@ static int render_llama3(const pkv_tokenizer *tok, const pkv_chat_message *msgs,
 }
 
 /* ChatML as Qwen2-Instruct's template: a default system message when the
- * conversation has none; contents are not trimmed. */
-static int render_chatml(const pkv_chat_message *msgs, int n, chat_out *o, size_t *system_end) {
+ * conversation has none (the template's own, e.g. Qwen2.5's "You are Qwen,
+ * created by Alibaba Cloud. ..."; Qwen2's otherwise); contents are not
+ * trimmed. */
+static int render_chatml(const pkv_chat_message *msgs, int n, const char *default_system, chat_out *o,
+                         size_t *system_end) {
     for (int k = 0; k < n; k++) {
         if (k == 0 && !is_role(&msgs[0], "system")) {
-            put(o, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n");
+            put(o, "<|im_start|>system\n");
+            put(o, default_system ? default_system : "You are a helpful assistant.");
+            put(o, "<|im_end|>\n");
             *system_end = o->n;
         }
         put(o, "<|im_start|>");
@@ -174,7 +216,7 @@ static int render_chatml(const pkv_chat_message *msgs, int n, chat_out *o, size_
     return 0;
 }
 
-int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok,
+int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok, const char *default_system,
                     const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
                     int *system_end, pkv_error *err) {
     if (!messages || n_messages < 1 || buf_len < 0 || (!buf && buf_len > 0))
@@ -188,7 +230,7 @@ int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok,
     switch (family) {
     case PKV_CHAT_GEMMA: rc = render_gemma(tok, messages, n_messages, &o, &sys_end, err); break;
     case PKV_CHAT_LLAMA3: rc = render_llama3(tok, messages, n_messages, &o, &sys_end); break;
-    case PKV_CHAT_CHATML: rc = render_chatml(messages, n_messages, &o, &sys_end); break;
+    case PKV_CHAT_CHATML: rc = render_chatml(messages, n_messages, default_system, &o, &sys_end); break;
     default: return pkv_fail(err, PKV_ERR_UNSUPPORTED, "chat: no chat template for this model");
     }
     if (rc) return -1;

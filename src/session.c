@@ -288,5 +288,8 @@ int pkv_chat_format(const pkv_model *m, const pkv_chat_message *messages, int n_
                     int *system_end, pkv_error *err) {
     if (m->chat == PKV_CHAT_NONE)
         return pkv_fail(err, PKV_ERR_UNSUPPORTED, "model '%s' (%s) has no known chat format", m->name, m->arch_name);
-    return pkv_chat_render(m->chat, m->tok, messages, n_messages, buf, buf_len, system_end, err);
+    return pkv_chat_render(m->chat, m->tok, m->has_chat_system ? m->chat_system : NULL, messages, n_messages, buf,
+                           buf_len, system_end, err);
 }
+
+bool pkv_model_has_chat_template(const pkv_model *m) { return m->has_chat_template; }

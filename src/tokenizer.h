@@ -73,6 +73,7 @@ typedef enum {
 
 pkv_chat_family pkv_chat_detect(const gguf_file *f, const char *arch);
 const char *pkv_chat_family_name(pkv_chat_family family);
+bool pkv_chat_default_system(const gguf_file *f, char *buf, int buf_len);
 
 /* Renders the messages plus the assistant generation prompt. Includes the BOS
  * text where the family's template starts with it, so tokenize the result
@@ -82,11 +83,12 @@ const char *pkv_chat_family_name(pkv_chat_family family);
  * prompt's rendering ends, for protected spans. If the rendering does not fit
  * in buf_len - 1 bytes, its full length is returned and buf holds a
  * NUL-terminated prefix. system_end is 0 when nothing of a system prompt is
- * rendered; ChatML renders Qwen2's default system prompt when the
+ * rendered; ChatML renders default_system (the template's, from
+ * pkv_chat_default_system; NULL: Qwen2's "You are a helpful assistant.") when the
  * conversation has none. tok may be NULL (the usual BOS texts are used).
  * Errors: no messages, a message without role or content, Gemma roles that do
  * not alternate user/assistant (the template raises), family NONE. */
-int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok,
+int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok, const char *default_system,
                     const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
                     int *system_end, pkv_error *err);
 

@@ -240,7 +240,7 @@ TEST(eval_needle_positions_gemma3) { check_needle_positions(TINY_GEMMA); }
 
 typedef struct {
     int n;
-    char labels[8][48];
+    char labels[8][64];
     char *pred[8];
     double score[8], agree[8], kl[8], nll[8], nll_full[8], kept_rows[8], needle_kept[8];
     int agree_k[8];
@@ -286,10 +286,10 @@ TEST(eval_run_item_metrics) {
     pkv_error err;
     pkv_eval_config cfg[4];
     const char *opts[] = {"window=8"};
-    REQUIRE(pkv_eval_config_init(&cfg[0], "none", 0, 0, NULL, 0, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", 48, 0, opts, 1, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[2], "snapkv", 100000, 0, opts, 1, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[3], "streamingllm", 0, 0.75, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[0], "none", "none", 0, 0, NULL, 0, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", "snapkv", 48, 0, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[2], "snapkv", "snapkv", 100000, 0, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[3], "streamingllm", "streamingllm", 0, 0.75, opts, 1, &err) == 0);
     CHECK_STR(cfg[1].label, "snapkv/b48");
     CHECK_STR(cfg[3].label, "streamingllm/r0.75");
     CHECK(strstr(cfg[1].describe, "window=8") != NULL);
@@ -439,9 +439,9 @@ TEST(eval_sweep_stop_and_resume) {
     pkv_error err;
     pkv_eval_config cfg[3];
     const char *opts[] = {"window=8"};
-    REQUIRE(pkv_eval_config_init(&cfg[0], "none", 0, 0, NULL, 0, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", 40, 0, opts, 1, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[2], "streamingllm", 40, 0, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[0], "none", "none", 0, 0, NULL, 0, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", "snapkv", 40, 0, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[2], "streamingllm", "streamingllm", 40, 0, opts, 1, &err) == 0);
     const pkv_eval_task *tasks[] = {pkv_eval_task_find("niah_single_1"), pkv_eval_task_find("niah_passkey_noise")};
     int lengths[] = {512};
     double depths[] = {0, 100};

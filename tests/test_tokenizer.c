@@ -873,7 +873,7 @@ TEST(tok_chat_vs_jinja) {
             n_msgs++;
         } else if (!strcmp(f[0], "X")) {
             pkv_error err = {0};
-            int rc = pkv_chat_render(family, NULL, msgs, n_msgs, got, sizeof got, NULL, &err);
+            int rc = pkv_chat_render(family, NULL, NULL, msgs, n_msgs, got, sizeof got, NULL, &err);
             CHECK_MSG(rc == -1 && err.code == PKV_ERR_ARG, "%s: the template raises", name);
             n_cases++;
         } else if (!strcmp(f[0], "E")) {
@@ -881,7 +881,7 @@ TEST(tok_chat_vs_jinja) {
         } else if (!strcmp(f[0], "S")) {
             int system_end = -1;
             pkv_error err = {0};
-            int n = pkv_chat_render(family, NULL, msgs, n_msgs, got, sizeof got, &system_end, &err);
+            int n = pkv_chat_render(family, NULL, NULL, msgs, n_msgs, got, sizeof got, &system_end, &err);
             CHECK_MSG(n == (int)want_len && !memcmp(got, want, want_len), "%s: got \"%s\"", name,
                       n >= 0 ? got : err.msg);
             CHECK_MSG(system_end == atoi(f[1]), "%s: system_end %d, want %s", name, system_end,
@@ -898,13 +898,13 @@ TEST(tok_chat_buffer_and_errors) {
     char small[8];
     pkv_error err = {0};
     /* too small: the full length is returned, the output truncated and ended */
-    int n = pkv_chat_render(PKV_CHAT_GEMMA, NULL, msgs, 1, small, sizeof small, NULL, &err);
+    int n = pkv_chat_render(PKV_CHAT_GEMMA, NULL, NULL, msgs, 1, small, sizeof small, NULL, &err);
     CHECK_EQ_INT(
         n, (int)strlen("<bos><start_of_turn>user\nTest<end_of_turn>\n<start_of_turn>model\n"));
     CHECK_STR(small, "<bos><s");
-    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_GEMMA, NULL, msgs, 0, small, sizeof small, NULL, &err),
+    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_GEMMA, NULL, NULL, msgs, 0, small, sizeof small, NULL, &err),
                  -1);
-    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_NONE, NULL, msgs, 1, small, sizeof small, NULL, &err),
+    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_NONE, NULL, NULL, msgs, 1, small, sizeof small, NULL, &err),
                  -1);
     CHECK_STR(pkv_chat_family_name(PKV_CHAT_LLAMA3), "llama3");
 }
@@ -939,6 +939,46 @@ TEST(tok_chat_detect) {
     close_written(&m);
 }
 
+/* The default system prompt comes from the template's own literal: Qwen2.5's
+ * (a tools branch first whose literal ends right after the header) and a
+ * template without one. */
+TEST(tok_chat_default_system) {
+    static const char qwen25[] =
+        "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n{%- else %}\n"
+        "    {%- if messages[0]['role'] == 'system' %}\n"
+        "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+        "    {%- else %}\n"
+        "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+        "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}";
+    gguf_writer *w = gguf_writer_new();
+    gguf_write_str(w, "tokenizer.chat_template", qwen25);
+    mem_gguf m;
+    REQUIRE(open_written(w, &m));
+    char sys[256];
+    REQUIRE(pkv_chat_default_system(&m.file, sys, sizeof sys));
+    CHECK_STR(sys, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    pkv_chat_message msgs[] = {{"user", "Hi"}};
+    char out[512];
+    int system_end = -1;
+    pkv_error err = {0};
+    int n = pkv_chat_render(PKV_CHAT_CHATML, NULL, sys, msgs, 1, out, sizeof out, &system_end, &err);
+    const char *want = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                       "assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    CHECK_EQ_INT(n, (int)strlen(want));
+    CHECK_STR(out, want);
+    CHECK_EQ_INT(system_end, (int)strlen("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
+                                         "helpful assistant.<|im_end|>\n"));
+    /* a too small buffer is not overrun and gives no text */
+    char tiny[8];
+    CHECK(!pkv_chat_default_system(&m.file, tiny, sizeof tiny) || strlen(tiny) < sizeof tiny);
+    close_written(&m);
+    w = gguf_writer_new();
+    gguf_write_str(w, "tokenizer.chat_template", "{{ '<|im_start|>' + message['role'] + '\\n' }}");
+    REQUIRE(open_written(w, &m));
+    CHECK(!pkv_chat_default_system(&m.file, sys, sizeof sys));
+    close_written(&m);
+}
+
 /* ---------------------------------------------------------------- real model (Gemma 3 270M) */
 
 #define GEMMA_PATH "models/gemma-3-270m-q4_k_m.gguf"
@@ -970,7 +1010,7 @@ TEST(real_tok_gemma3_chat_example) {
     char buf[256];
     int system_end = -1;
     pkv_error err = {0};
-    int n = pkv_chat_render(PKV_CHAT_GEMMA, v.tok, msgs, 1, buf, sizeof buf, &system_end, &err);
+    int n = pkv_chat_render(PKV_CHAT_GEMMA, v.tok, NULL, msgs, 1, buf, sizeof buf, &system_end, &err);
     REQUIRE(n > 0);
     CHECK_EQ_INT(system_end, 0);
     /* engine-notes.md §4.6: add_special=false, parse_special=true */

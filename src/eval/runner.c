@@ -31,10 +31,11 @@ static bool press_has_option(const char *press, const char *key) {
     return false;
 }
 
-int pkv_eval_config_init(pkv_eval_config *c, const char *press, int budget, double ratio, const char *const *opts,
-                         int n_opts, pkv_error *err) {
+int pkv_eval_config_init(pkv_eval_config *c, const char *label, const char *press, int budget, double ratio,
+                         const char *const *opts, int n_opts, pkv_error *err) {
     memset(c, 0, sizeof *c);
-    snprintf(c->press, sizeof c->press, "%s", press);
+    snprintf(c->press, sizeof c->press, "%s", label);
+    snprintf(c->base, sizeof c->base, "%s", press);
     bool full = !strcmp(press, "none");
     c->cfg = pkv_press_cfg_new(press, err);
     if (!c->cfg) return -1;
@@ -68,9 +69,9 @@ int pkv_eval_config_init(pkv_eval_config *c, const char *press, int budget, doub
         }
         if (pkv_press_cfg_check(c->cfg, err)) goto fail;
         if (budget > 0)
-            snprintf(c->label, sizeof c->label, "%s/b%d", press, budget);
+            snprintf(c->label, sizeof c->label, "%s/b%d", label, budget);
         else
-            snprintf(c->label, sizeof c->label, "%s/r%g", press, ratio);
+            snprintf(c->label, sizeof c->label, "%s/r%g", label, ratio);
     } else {
         snprintf(c->label, sizeof c->label, "full");
     }
@@ -95,47 +96,48 @@ void pkv_eval_config_free(pkv_eval_config *c) {
 
 /* ---------------------------------------------------------------- tokens */
 
-/* Tokenizes text into a malloc'd array; -1 on error. */
-static int tokenize_alloc(const pkv_model *model, const char *text, bool add_special, int32_t **out, pkv_error *err) {
+/* Tokens of the gold continuation (no special tokens); 0 for an empty one. */
+static int segment_tokens(const pkv_model *model, const char *text, int32_t **out, pkv_error *err) {
+    *out = NULL;
     size_t len = strlen(text);
-    int cap = (int)len + 16;
-    int32_t *t = malloc((size_t)cap * sizeof *t);
-    if (!t) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
-    int n = pkv_tokenize(model, text, len, add_special, false, t, cap, err);
-    if (n > cap) {
-        int32_t *g = realloc(t, (size_t)n * sizeof *t);
-        if (!g) {
-            free(t);
+    if (len == 0) return 0;
+    int cap = (int)len + 16, n;
+    for (;;) {
+        int32_t *t = realloc(*out, (size_t)cap * sizeof *t);
+        if (!t) {
+            free(*out);
+            *out = NULL;
             return pkv_fail(err, PKV_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
         }
-        t = g;
-        n = pkv_tokenize(model, text, len, add_special, false, t, n, err);
+        *out = t;
+        n = pkv_tokenize(model, text, len, false, false, t, cap, err);
+        if (n <= cap) break;
+        cap = n;
     }
     if (n < 0) {
-        free(t);
-        return -1;
+        free(*out);
+        *out = NULL;
     }
-    *out = t;
     return n;
 }
 
-/* Tokens of a segment without special tokens; 0 for an empty one. */
-static int segment_tokens(const pkv_model *model, const char *text, int32_t **out, pkv_error *err) {
-    *out = NULL;
-    return text[0] ? tokenize_alloc(model, text, false, out, err) : 0;
+/* The item as the prompt protocol lays it out (pkv_prompt_tokenize). */
+static int item_prompt(const pkv_model *model, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *t,
+                       pkv_error *err) {
+    pkv_prompt_parts p = {.context = item->context,
+                          .question = item->question,
+                          .answer_prefix = item->answer_prefix,
+                          .chat = chat};
+    return pkv_prompt_tokenize(model, &p, t, err);
 }
 
-int pkv_eval_count_tokens(void *model, const pkv_eval_item *item, pkv_error *err) {
-    const char *segments[] = {item->question, item->answer_prefix};
-    int32_t *t = NULL;
-    int total = tokenize_alloc(model, item->context, true, &t, err);
-    free(t);
-    for (int i = 0; i < 2 && total >= 0; i++) {
-        int n = segment_tokens(model, segments[i], &t, err);
-        free(t);
-        total = n < 0 ? -1 : total + n;
-    }
-    return total;
+int pkv_eval_count_tokens(void *user, const pkv_eval_item *item, pkv_error *err) {
+    const pkv_eval_tokenizing *tz = user;
+    pkv_prompt_tokens t;
+    if (item_prompt(tz->model, tz->chat, item, &t, err)) return -1;
+    int n = t.n_tokens;
+    pkv_prompt_tokens_free(&t);
+    return n;
 }
 
 int pkv_eval_needle_positions(const pkv_model *model, const char *context, const int32_t *tokens, int n_tokens,
@@ -434,10 +436,11 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
     return 0;
 }
 
-/* The item's tokens: the context (with BOS), then question and answer
- * prefix, each tokenized on its own so both modes feed the same sequence. */
+/* The item's tokens: the context part (the chat template's head and the
+ * context, or BOS and the context), then question and the rest (template
+ * tail, answer prefix), as pkv_prompt_tokenize lays them out. */
 typedef struct {
-    int32_t *ctx, *q, *ref, *needle; /* q: question tokens then answer-prefix tokens */
+    int32_t *ctx, *q, *ref, *needle; /* q: question tokens then the tokens after them */
     int n_ctx, n_q, n_question, n_ref, n_needle;
 } item_tokens;
 
@@ -448,33 +451,32 @@ static void item_tokens_free(item_tokens *t) {
     free(t->needle);
 }
 
-static int tokenize_item(const pkv_model *m, const pkv_eval_item *item, item_tokens *t, pkv_error *err) {
+static int tokenize_item(const pkv_model *m, bool chat, const pkv_eval_item *item, item_tokens *t, pkv_error *err) {
     memset(t, 0, sizeof *t);
-    t->n_ctx = tokenize_alloc(m, item->context, true, &t->ctx, err);
-    if (t->n_ctx < 0) return -1;
-    int32_t *question, *prefix;
-    int nq = segment_tokens(m, item->question, &question, err);
-    int np = nq < 0 ? -1 : segment_tokens(m, item->answer_prefix, &prefix, err);
-    if (nq < 0 || np < 0) {
-        free(question);
-        return -1;
-    }
-    t->q = malloc((size_t)(nq + np + 1) * sizeof *t->q);
-    if (t->q) {
-        if (nq) memcpy(t->q, question, (size_t)nq * sizeof *t->q);
-        if (np) memcpy(t->q + nq, prefix, (size_t)np * sizeof *t->q);
-    }
-    free(question);
-    free(prefix);
-    if (!t->q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    t->n_question = nq;
-    t->n_q = nq + np;
-    t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
-    if (t->n_ref < 0) return -1;
+    pkv_prompt_tokens pt;
+    if (item_prompt(m, chat, item, &pt, err)) return -1;
+    t->n_ctx = pt.context_end;
+    t->n_question = pt.question_end - pt.context_end;
+    t->n_q = pt.n_tokens - pt.context_end;
+    t->ctx = malloc((size_t)(t->n_ctx + 1) * sizeof *t->ctx);
+    t->q = malloc((size_t)(t->n_q + 1) * sizeof *t->q);
     t->needle = malloc((size_t)(t->n_ctx + 1) * sizeof *t->needle);
-    if (!t->needle) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    return pkv_eval_needle_positions(m, item->context, t->ctx, t->n_ctx, item->needles, item->n_needles, t->needle,
-                                     t->n_ctx, &t->n_needle, err);
+    if (!t->ctx || !t->q || !t->needle) {
+        pkv_prompt_tokens_free(&pt);
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    }
+    memcpy(t->ctx, pt.tokens, (size_t)t->n_ctx * sizeof *t->ctx);
+    if (t->n_q) memcpy(t->q, pt.tokens + pt.context_end, (size_t)t->n_q * sizeof *t->q);
+    /* needle spans are byte offsets into the context text: map them on the
+     * context's own tokens, then shift past the template head (or BOS) */
+    int rc = pkv_eval_needle_positions(m, item->context, pt.tokens + pt.context_begin,
+                                       pt.context_end - pt.context_begin, item->needles, item->n_needles, t->needle,
+                                       t->n_ctx, &t->n_needle, err);
+    for (int i = 0; i < t->n_needle && i < t->n_ctx; i++) t->needle[i] += pt.context_begin;
+    pkv_prompt_tokens_free(&pt);
+    if (rc) return -1;
+    t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
+    return t->n_ref < 0 ? -1 : 0;
 }
 
 /* Tokens compressed in a mode (evaluation.md §0.1): the context, plus the
@@ -605,7 +607,7 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
     if (n_configs < 1 || strcmp(configs[0].press, "none"))
         return pkv_fail(err, PKV_ERR_ARG, "the first configuration must be the full cache (press none)");
     item_tokens t;
-    if (tokenize_item(r->model, item, &t, err)) {
+    if (tokenize_item(r->model, r->opts.chat, item, &t, err)) {
         item_tokens_free(&t);
         return -1;
     }

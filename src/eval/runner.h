@@ -30,18 +30,19 @@ const char *pkv_eval_mode_name(pkv_eval_mode mode);
 
 /* One press at one budget (or ratio); press "none" is the full cache. */
 typedef struct {
-    char press[32];
+    char press[32];     /* the variant's label: the press name, or a name given to press + options */
+    char base[32];      /* the registered press it runs */
     int budget;         /* > 0: rows per head per layer */
     double ratio;       /* used when budget == 0 (and press is not none) */
     pkv_press_cfg *cfg; /* owned */
-    char label[48];     /* "full", "snapkv/b128", "snapkv/r0.5" */
+    char label[64];     /* "full", "snapkv/b128", "snapkv/r0.5", "snapkv+pyramid/r0.5" */
     char describe[160]; /* pkv_press_cfg_describe: every option that changes the result */
 } pkv_eval_config;
 
 /* Builds a configuration; opts are "key=value" strings applied when the press
  * has that option (common ones like window, or its own like kernel), and
  * press_opts "press.key=value" only to that press. */
-int pkv_eval_config_init(pkv_eval_config *c, const char *press, int budget, double ratio, const char *const *opts,
+int pkv_eval_config_init(pkv_eval_config *c, const char *label, const char *press, int budget, double ratio, const char *const *opts,
                          int n_opts, pkv_error *err);
 void pkv_eval_config_free(pkv_eval_config *c);
 
@@ -88,6 +89,7 @@ typedef struct {
     int keep_window;             /* largest press window among the configs */
     bool attn_sums;              /* some config needs per-row attention sums (h2o) */
     int agree_k;                 /* first k generated tokens compared with the full cache; 0: off */
+    bool chat;                   /* prompts in the model's chat template (pkv_prompt_parts.chat) */
     volatile sig_atomic_t *stop; /* may be NULL; when set, the item stops with PKV_ERR_INTERRUPTED */
 } pkv_eval_runner_opts;
 
@@ -106,9 +108,13 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
                       const pkv_eval_config *configs, int n_configs, const bool *skip, pkv_eval_emit_fn emit,
                       void *user, pkv_error *err);
 
-/* Token counter for the length fitting with the model's tokenizer (user =
- * model): context with BOS + question + answer prefix, as the runner feeds them. */
-int pkv_eval_count_tokens(void *model, const pkv_eval_item *item, pkv_error *err);
+/* Token counter for the length fitting (user = a pkv_eval_tokenizing): the
+ * item's prompt tokens exactly as the runner feeds them. */
+typedef struct {
+    const pkv_model *model;
+    bool chat;
+} pkv_eval_tokenizing;
+int pkv_eval_count_tokens(void *user, const pkv_eval_item *item, pkv_error *err);
 
 /* Token positions (in the context's token sequence, BOS included) whose bytes
  * overlap the item's needle spans; *n receives the count. Exposed for tests. */

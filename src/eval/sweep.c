@@ -533,7 +533,8 @@ int pkv_eval_sweep(const pkv_eval_plan *plan, const pkv_eval_sweep_opts *opts, p
             }
     pkv_eval_runner *runner = NULL;
     pkv_eval_fitter fitter;
-    pkv_eval_fitter_init(&fitter, pkv_eval_count_tokens, opts->model);
+    pkv_eval_tokenizing tz = {opts->model, opts->runner.chat};
+    pkv_eval_fitter_init(&fitter, pkv_eval_count_tokens, &tz);
     pkv_jsonl_writer w = {-1};
     int rc = 0;
     if (prog.total > 0) {
