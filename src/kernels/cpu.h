@@ -1,8 +1,9 @@
 /*
  * The kernels behind the pkv_kernels tables (quant.h), one set per SIMD
- * level. quant.c holds the scalar reference, quant_avx2.c and quant_avx512.c
+ * level. quant.c (block formats), vec.c (float kernels) and gemm.c (batched
+ * matmul) hold the scalar references, their _avx2.c and _avx512.c siblings
  * the vector versions; cpu.c detects the CPU and assembles the immutable
- * tables. Nothing outside those four files should call these directly: go
+ * tables. Nothing outside those files should call these directly: go
  * through pkv_kernels_get so a kernel is only reached on a CPU that has it.
  *
  * Contract shared by every kernel: n is a multiple of the type's block size

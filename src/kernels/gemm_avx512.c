@@ -144,88 +144,6 @@ void pkv_gemm_q8_0_avx512(const pkv_gemm_args *a) { gemm_legacy(a, PKV_TYPE_Q8_0
 
 /* ------------------------------------------------------------------ K-quants (Q8_256 pack) */
 
-typedef struct {
-    uint8_t u[ROWS][KC];
-    int32_t sc[ROWS][NB256][16];   /* Q4_K/Q5_K: 8 scales; Q6_K: 16 signed scales */
-    int32_t pair[ROWS][NB256][8];  /* i16 pairs: (m_j, m_j) for Q4_K/Q5_K, (sc_2i, sc_2i+1) for Q6_K */
-    float d[ROWS][NB256], dmin[ROWS][NB256];
-} kquant_stage;
-
-static inline int32_t i16_pair(int lo, int hi) { return (int32_t)(((uint32_t)(uint16_t)lo) | ((uint32_t)(uint16_t)hi << 16)); }
-
-static void stage_q4_5_K(const uint8_t *qs, const uint8_t *qh, const uint8_t *scales, uint8_t *u, int32_t *sc,
-                         int32_t *pair) {
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i h = qh ? load256(qh) : _mm256_setzero_si256();
-    for (int k = 0; k < 4; k++) {
-        const __m256i q = load256(qs + 32 * k);
-        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (qh) {
-            lo = _mm256_or_si256(lo, q5k_fifth(h, 2 * k));
-            hi = _mm256_or_si256(hi, q5k_fifth(h, 2 * k + 1));
-        }
-        _mm256_storeu_si256((__m256i *)(u + 64 * k), lo);
-        _mm256_storeu_si256((__m256i *)(u + 64 * k + 32), hi);
-    }
-    uint64_t sc64, m64;
-    k_scales_mins(scales, &sc64, &m64);
-    for (int j = 0; j < 8; j++) {
-        const int s = (int)((sc64 >> (8 * j)) & 0xff), m = (int)((m64 >> (8 * j)) & 0xff);
-        sc[j] = s;
-        pair[j] = i16_pair(m, m);
-    }
-}
-
-/* Q6_K quants as unsigned 0..63 in element order (see q6k_chunks in quant_avx2.c). */
-static void stage_q6_K(const block_q6_K *x, uint8_t *u, int32_t *sc, int32_t *pair) {
-    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(0x30);
-    for (int h = 0; h < 2; h++) {
-        const __m256i l0 = load256(x->ql + 64 * h), l1 = load256(x->ql + 64 * h + 32);
-        const __m256i qh = load256(x->qh + 32 * h);
-        uint8_t *o = u + 128 * h;
-        _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)));
-        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)));
-        _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, two)));
-        _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)));
-    }
-    for (int j = 0; j < 16; j++) sc[j] = x->scales[j];
-    for (int i = 0; i < 8; i++) pair[i] = i16_pair(x->scales[2 * i], x->scales[2 * i + 1]);
-}
-
-static void stage_kquant(const pkv_gemm_args *a, uint32_t type, kquant_stage *st, int64_t b0, int64_t nb) {
-    for (int r = 0; r < ROWS; r++) {
-        if (r >= a->n_rows) {
-            memset(st->u[r], 0, (size_t)nb * QK_K);
-            memset(st->sc[r], 0, sizeof st->sc[r]);
-            memset(st->pair[r], 0, sizeof st->pair[r]);
-            memset(st->d[r], 0, sizeof st->d[r]);
-            memset(st->dmin[r], 0, sizeof st->dmin[r]);
-            continue;
-        }
-        const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *u = st->u[r] + QK_K * b;
-            if (type == PKV_TYPE_Q6_K) {
-                const block_q6_K *x = (const block_q6_K *)row + b0 + b;
-                stage_q6_K(x, u, st->sc[r][b], st->pair[r][b]);
-                st->d[r][b] = half(x->d);
-                st->dmin[r][b] = 0.0f;
-            } else if (type == PKV_TYPE_Q4_K) {
-                const block_q4_K *x = (const block_q4_K *)row + b0 + b;
-                stage_q4_5_K(x->qs, NULL, x->scales, u, st->sc[r][b], st->pair[r][b]);
-                st->d[r][b] = half(x->d);
-                st->dmin[r][b] = half(x->dmin);
-            } else {
-                const block_q5_K *x = (const block_q5_K *)row + b0 + b;
-                stage_q4_5_K(x->qs, x->qh, x->scales, u, st->sc[r][b], st->pair[r][b]);
-                st->d[r][b] = half(x->d);
-                st->dmin[r][b] = half(x->dmin);
-            }
-        }
-    }
-}
-
 /* sum_j sc_j * dot_j over one super-block for every row; sub = 32 (Q4_K,
  * Q5_K) or 16 (Q6_K) elements per scale. */
 static inline __attribute__((always_inline)) void kquant_dots(const kquant_stage *st, int64_t b, const uint8_t *rec,
@@ -272,7 +190,7 @@ static inline __attribute__((always_inline)) void kquant_pairs(const kquant_stag
 static inline __attribute__((always_inline)) void gemm_kquant(const pkv_gemm_args *a, uint32_t type) {
     kquant_stage st;
     const int64_t b0 = a->k0 / QK_K, nb = (a->k1 - a->k0) / QK_K;
-    stage_kquant(a, type, &st, b0, nb);
+    stage_kquant(a, type, &st, b0, nb, false);
     const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int g = 0; g < a->n_groups; g++) {
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;

@@ -2,8 +2,9 @@
  * Weight types: ggml type ids, exact block layouts (engine-notes.md §2),
  * dequantisation, activation quantisation and fused dot products.
  *
- * Every kernel has a scalar reference (quant.c); AVX2 (quant_avx2.c) and
- * AVX-512 (quant_avx512.c) versions sit beside it and are chosen at run time
+ * Every kernel has a scalar reference (quant.c for the block formats, vec.c
+ * for the float kernels, gemm.c for the batched matmul); AVX2 (*_avx2.c) and
+ * AVX-512 (*_avx512.c) versions sit beside it and are chosen at run time
  * (pkv_kernels_get). A kernel table is an immutable value: callers keep a
  * pointer to it, there is no global "current" table.
  */

@@ -14,9 +14,8 @@
  *    sub-blocks, was slower than AVX2 on Zen 4, which splits 512-bit ops);
  *  - Q6_K on 512-bit vectors, where ternary logic and one scale shuffle per
  *    four sub-blocks cut the instruction count enough to pay.
- * and the attention block kernels (att_scores, att_accum: twice the keys or
- * value dimensions per instruction, measured about 2x the AVX2 versions).
- * The batched matmul kernels are in gemm_avx512.c. The rest of the AVX-512
+ * The attention block kernels are in vec_avx512.c, the batched matmul
+ * kernels in gemm_avx512.c. The rest of the AVX-512
  * table (dequantisation, activation quantisation, float helpers) is the AVX2
  * code: those loops are bound by loads and stores, and 512-bit versions did
  * not measure faster.
@@ -34,7 +33,7 @@
 
 static inline __m256i dpbusd(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
 
-/* signed x signed: x's sign moved onto y, as dot_i8_i8 in quant_x86.h */
+/* signed x signed: x's sign moved onto y, as dot_i8_i8 in simd_x86.h */
 static inline __m256i q8_0_sums(const block_q8_0 *b, __m256i y) {
     const __m256i x = load256(b->qs);
     return dpbusd(_mm256_abs_epi8(x), _mm256_sign_epi8(y, x));
@@ -209,86 +208,4 @@ float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act
         acc = _mm512_fmadd_ps(_mm512_set1_ps(half(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
     }
     return _mm512_reduce_add_ps(acc);
-}
-
-
-
-/* ------------------------------------------------------------------ attention blocks */
-
-/* quant.h att_scores: 8 queries at a time, one 16-key vector each; the query
- * element is a broadcast memory operand of the FMA. */
-void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, float *s) {
-    int i = 0;
-    for (; i + 8 <= nq; i += 8) {
-        __m512 acc[8];
-        for (int a = 0; a < 8; a++) acc[a] = _mm512_setzero_ps();
-        const float *qi = q + (size_t)i * dk;
-        for (int d = 0; d < dk; d++) {
-            const __m512 kv = _mm512_loadu_ps(kt + d * PKV_ATT_BK);
-#pragma GCC unroll 8
-            for (int a = 0; a < 8; a++) acc[a] = _mm512_fmadd_ps(_mm512_set1_ps(qi[(size_t)a * dk + d]), kv, acc[a]);
-        }
-        for (int a = 0; a < 8; a++) _mm512_storeu_ps(s + (i + a) * PKV_ATT_BK, acc[a]);
-    }
-    for (; i < nq; i++) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int d = 0; d < dk; d++)
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)i * dk + d]), _mm512_loadu_ps(kt + d * PKV_ATT_BK), acc);
-        _mm512_storeu_ps(s + i * PKV_ATT_BK, acc);
-    }
-}
-
-/* Columns [e0, dv) of queries [i0, i1), element by element (quant.c order). */
-static void accum_cols(int i0, int i1, int e0, int dv, const float *p, const float *alpha, const float *vt, float *o) {
-    for (int i = i0; i < i1; i++)
-        for (int e = e0; e < dv; e++) {
-            float x = o[(size_t)i * dv + e] * alpha[i];
-            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
-            o[(size_t)i * dv + e] = x;
-        }
-}
-
-/* quant.h att_accum: 4 queries x 64 value dimensions per pass, so each value
- * vector loaded serves 4 queries. */
-void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
-    const int e64 = dv & ~63;
-    int i = 0;
-    for (; i + 4 <= nq; i += 4) {
-        for (int e = 0; e < e64; e += 64) {
-            __m512 x[4][4];
-            for (int a = 0; a < 4; a++) {
-                const __m512 al = _mm512_set1_ps(alpha[i + a]);
-                for (int c = 0; c < 4; c++) x[a][c] = _mm512_mul_ps(_mm512_loadu_ps(o + (size_t)(i + a) * dv + e + 16 * c), al);
-            }
-            for (int j = 0; j < PKV_ATT_BK; j++) {
-                const float *vj = vt + (size_t)j * dv + e;
-                const __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16);
-                const __m512 v2 = _mm512_loadu_ps(vj + 32), v3 = _mm512_loadu_ps(vj + 48);
-#pragma GCC unroll 4
-                for (int a = 0; a < 4; a++) {
-                    const __m512 pa = _mm512_set1_ps(p[(i + a) * PKV_ATT_BK + j]);
-                    x[a][0] = _mm512_fmadd_ps(pa, v0, x[a][0]);
-                    x[a][1] = _mm512_fmadd_ps(pa, v1, x[a][1]);
-                    x[a][2] = _mm512_fmadd_ps(pa, v2, x[a][2]);
-                    x[a][3] = _mm512_fmadd_ps(pa, v3, x[a][3]);
-                }
-            }
-            for (int a = 0; a < 4; a++)
-                for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)(i + a) * dv + e + 16 * c, x[a][c]);
-        }
-        accum_cols(i, i + 4, e64, dv, p, alpha, vt, o);
-    }
-    for (; i < nq; i++) {
-        const __m512 al = _mm512_set1_ps(alpha[i]);
-        for (int e = 0; e < e64; e += 64) {
-            __m512 x[4];
-            for (int c = 0; c < 4; c++) x[c] = _mm512_mul_ps(_mm512_loadu_ps(o + (size_t)i * dv + e + 16 * c), al);
-            for (int j = 0; j < PKV_ATT_BK; j++) {
-                const __m512 pj = _mm512_set1_ps(p[i * PKV_ATT_BK + j]);
-                for (int c = 0; c < 4; c++) x[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vt + (size_t)j * dv + e + 16 * c), x[c]);
-            }
-            for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)i * dv + e + 16 * c, x[c]);
-        }
-        accum_cols(i, i + 1, e64, dv, p, alpha, vt, o);
-    }
 }

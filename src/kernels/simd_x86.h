@@ -1,72 +1,17 @@
 /*
  * Inline helpers shared by the x86 SIMD kernel files (quant_avx2.c,
- * quant_avx512.c). Include only from files compiled with at least
+ * quant_avx512.c, gemm_avx2.c, gemm_avx512.c). Include only from files compiled with at least
  * -mavx2 -mfma -mf16c.
  */
-#ifndef PKV_QUANT_X86_H
-#define PKV_QUANT_X86_H
+#ifndef PKV_SIMD_X86_H
+#define PKV_SIMD_X86_H
 
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
-#error "quant_x86.h needs AVX2, FMA and F16C"
-/* The fifth bits of Q5_K sub-block `bit` (0..7) as 0 or 16 per byte: one
- * 16-bit shift moves bit `bit` of every byte to bit 4 of the same byte. */
-static inline __m256i q5k_fifth(__m256i qh, int bit) {
-    const __m256i shifted = bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4);
-    return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
-}
-
-/* r[i][j] <- r[j][i] for an 8x8 block of floats. */
-static inline void transpose8x8_ps(__m256 r[8]) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
-/* On the last K chunk, asks for the output lines of group g while the
- * group computes: y is usually several MB and its lines are not cached. */
-static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
-    if (!a->y) return;
-    const int t0 = g * PKV_GEMM_TOK, t1 = t0 + PKV_GEMM_TOK < a->y_tokens ? t0 + PKV_GEMM_TOK : a->y_tokens;
-    for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
-}
-
-/* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,
- * one vector per row (t[r] = row r of tokens tok0..tok0+7), to acc or, on
- * the last chunk, transposed into y. */
-static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int h, __m256 v[8]) {
-    if (!a->y) {
-        for (int r = 0; r < 8; r++) _mm256_storeu_ps(acc_g + PKV_GEMM_TOK * r + 8 * h, v[r]);
-        return;
-    }
-    transpose8x8_ps(v);
-    const int nt = a->y_tokens - tok0 < 8 ? a->y_tokens - tok0 : 8;
-    if (a->n_rows == 8) {
-        for (int i = 0; i < nt; i++) _mm256_storeu_ps(a->y + (int64_t)(tok0 + i) * a->ldy, v[i]);
-        return;
-    }
-    for (int i = 0; i < nt; i++) {
-        float tmp[8];
-        _mm256_storeu_ps(tmp, v[i]);
-        memcpy(a->y + (int64_t)(tok0 + i) * a->ldy, tmp, (size_t)a->n_rows * sizeof(float));
-    }
-}
-
+#error "simd_x86.h needs AVX2, FMA and F16C"
 #endif
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -230,6 +175,98 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
 static inline __m256i q5k_fifth(__m256i qh, int bit) {
     const __m256i shifted = bit <= 4 ? _mm256_slli_epi16(qh, 4 - bit) : _mm256_srli_epi16(qh, bit - 4);
     return _mm256_and_si256(shifted, _mm256_set1_epi8(16));
+}
+
+/* ------------------------------------------------------------------ K-quant staging (batched matmul) */
+
+/* One call's weight rows of a K-quant type (Q4_K, Q5_K, Q6_K), unpacked once
+ * for the batched matmul kernels (gemm_avx2.c, gemm_avx512.c): the quants as
+ * unsigned bytes in element order, the sub-block scales, the pairs that
+ * multiply the activations' block sums, and the super-block scales. */
+typedef struct {
+    uint8_t u[PKV_GEMM_ROWS][PKV_GEMM_KC_Q];
+    /* Q4_K/Q5_K: 8 scales; Q6_K: 16 signed scales. As i16 pairs (sc_j, sc_j)
+     * for kernels that widen with madd (AVX2), else plain (vpdpbusd, AVX-512). */
+    int32_t sc[PKV_GEMM_ROWS][PKV_GEMM_KC_Q / QK_K][16];
+    int32_t pair[PKV_GEMM_ROWS][PKV_GEMM_KC_Q / QK_K][8]; /* i16 pairs: (m_j, m_j) for Q4_K/Q5_K, (sc_2i, sc_2i+1) for Q6_K */
+    float d[PKV_GEMM_ROWS][PKV_GEMM_KC_Q / QK_K], dmin[PKV_GEMM_ROWS][PKV_GEMM_KC_Q / QK_K];
+} kquant_stage;
+
+static inline int32_t i16_pair(int lo, int hi) { return (int32_t)(((uint32_t)(uint16_t)lo) | ((uint32_t)(uint16_t)hi << 16)); }
+
+static inline void stage_q4_5_K(const uint8_t *qs, const uint8_t *qh, const uint8_t *scales, uint8_t *u, int32_t *sc,
+                                int32_t *pair, bool pair_scales) {
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i h = qh ? load256(qh) : _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        const __m256i q = load256(qs + 32 * k);
+        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (qh) {
+            lo = _mm256_or_si256(lo, q5k_fifth(h, 2 * k));
+            hi = _mm256_or_si256(hi, q5k_fifth(h, 2 * k + 1));
+        }
+        _mm256_storeu_si256((__m256i *)(u + 64 * k), lo);
+        _mm256_storeu_si256((__m256i *)(u + 64 * k + 32), hi);
+    }
+    uint64_t sc64, m64;
+    k_scales_mins(scales, &sc64, &m64);
+    for (int j = 0; j < 8; j++) {
+        const int s = (int)((sc64 >> (8 * j)) & 0xff), m = (int)((m64 >> (8 * j)) & 0xff);
+        sc[j] = pair_scales ? i16_pair(s, s) : s;
+        pair[j] = i16_pair(m, m);
+    }
+}
+
+/* Q6_K quants as unsigned 0..63 in element order (see q6k_chunks in quant_avx2.c). */
+static inline void stage_q6_K(const block_q6_K *x, uint8_t *u, int32_t *sc, int32_t *pair, bool pair_scales) {
+    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = load256(x->ql + 64 * h), l1 = load256(x->ql + 64 * h + 32);
+        const __m256i qh = load256(x->qh + 32 * h);
+        uint8_t *o = u + 128 * h;
+        _mm256_storeu_si256((__m256i *)o, _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), two)));
+        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), two)));
+        _mm256_storeu_si256((__m256i *)(o + 64), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, two)));
+        _mm256_storeu_si256((__m256i *)(o + 96), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), two)));
+    }
+    for (int j = 0; j < 16; j++) sc[j] = pair_scales ? i16_pair(x->scales[j], x->scales[j]) : x->scales[j];
+    for (int i = 0; i < 8; i++) pair[i] = i16_pair(x->scales[2 * i], x->scales[2 * i + 1]);
+}
+
+/* Unpacks blocks [b0, b0 + nb) of the call's rows; rows past n_rows are zero. */
+static inline void stage_kquant(const pkv_gemm_args *a, uint32_t type, kquant_stage *st, int64_t b0, int64_t nb,
+                                bool pair_scales) {
+    for (int r = 0; r < PKV_GEMM_ROWS; r++) {
+        if (r >= a->n_rows) {
+            memset(st->u[r], 0, (size_t)nb * QK_K);
+            memset(st->sc[r], 0, sizeof st->sc[r]);
+            memset(st->pair[r], 0, sizeof st->pair[r]);
+            memset(st->d[r], 0, sizeof st->d[r]);
+            memset(st->dmin[r], 0, sizeof st->dmin[r]);
+            continue;
+        }
+        const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *u = st->u[r] + QK_K * b;
+            if (type == PKV_TYPE_Q6_K) {
+                const block_q6_K *x = (const block_q6_K *)row + b0 + b;
+                stage_q6_K(x, u, st->sc[r][b], st->pair[r][b], pair_scales);
+                st->d[r][b] = half(x->d);
+                st->dmin[r][b] = 0.0f;
+            } else if (type == PKV_TYPE_Q4_K) {
+                const block_q4_K *x = (const block_q4_K *)row + b0 + b;
+                stage_q4_5_K(x->qs, NULL, x->scales, u, st->sc[r][b], st->pair[r][b], pair_scales);
+                st->d[r][b] = half(x->d);
+                st->dmin[r][b] = half(x->dmin);
+            } else {
+                const block_q5_K *x = (const block_q5_K *)row + b0 + b;
+                stage_q4_5_K(x->qs, x->qh, x->scales, u, st->sc[r][b], st->pair[r][b], pair_scales);
+                st->d[r][b] = half(x->d);
+                st->dmin[r][b] = half(x->dmin);
+            }
+        }
+    }
 }
 
 /* r[i][j] <- r[j][i] for an 8x8 block of floats. */
