@@ -46,10 +46,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "press.h"
+#include "base/prng.h"
 #include "press/snapkv.h"
-#include "prng.h"
 
 enum { PROTOTYPES_TOTAL = 500, MAX_LSH_BITS = 16 };
 
