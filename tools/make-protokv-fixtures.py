@@ -67,6 +67,7 @@ CASES = [
     ("mix05_max_chunk8_c48_w8", 48, 8, 0, dict(m=8, r=2, chunk=8, assign="local", score="attn", agg="max", mix=0.5)),
     ("sinks4_chunk8_c48_w8", 48, 8, 0, dict(m=8, r=2, chunk=8, assign="local", score="attn", agg="max", sinks=4)),
     ("sinks2_skip_c32_w4", 32, 4, 0, dict(m=8, r=2, v=10, overflow="skip", sinks=2)),
+    ("no_sat_chunk8_c48_w8", 48, 8, 0, dict(m=0, chunk=8, assign="local", score="attn", agg="mean")),
 ]
 
 

@@ -196,7 +196,7 @@ def protokv_head(keys_all: np.ndarray, q_group: np.ndarray, window: int, budget:
         order = sorted(range(P), key=lambda i: (-theta[i], i))
         m = min(opt.m, P)
         sat = sorted(order[:m])
-        margins["sat"] = float(theta[order[m - 1]] - theta[order[m]]) if m < P else math.inf
+        margins["sat"] = float(theta[order[m - 1]] - theta[order[m]]) if 0 < m < P else math.inf
         if np.all(theta == 0.0):
             margins["sat"] = math.inf          # std S = 0 (kappa 0): exact ties, the lower-position rule decides
 

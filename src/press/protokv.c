@@ -79,7 +79,7 @@ typedef struct {
 } protokv_params;
 
 static const pkv_press_option PROTOKV_OPTIONS[] = {
-    {"m", "SAT candidates: the m rows of highest outlier degree (default 32; the seed: 20-40 work best)"},
+    {"m", "SAT candidates: the m rows of highest outlier degree (default 32; the seed: 20-40 work best; 0: none)"},
     {"beta", "instead of m, every row with outlier degree > beta (a number, or none: default)"},
     {"kappa", "radius of the local similarity, self included (default 5)"},
     {"edge", "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)"},
@@ -135,7 +135,8 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
     protokv_params *p = pp;
     long v;
     if (!strcmp(key, "m")) {
-        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
+        /* m = 0: no SAT candidates, chunk prototypes only (the seed's "Chunk-Clustering" ablation) */
+        if (parse_long(key, value, 0, 1L << 24, &v, err)) return -1;
         p->m = (int)v;
     } else if (!strcmp(key, "beta")) {
         if (!strcmp(value, "none")) {
