@@ -363,7 +363,13 @@ int cmd_run(int argc, char **argv) {
     double t_decode = 0.0;
     char piece[256];
     for (;;) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s));
+        int32_t tok = pkv_sample(sampler, pkv_logits(s), &err);
+        if (tok < 0) {
+            fputc('\n', stdout);
+            cli_error("run", "%s", err.msg);
+            exit_code = EXIT_RUNTIME;
+            break;
+        }
         if (!a.ignore_eos && pkv_token_is_eog(model, tok)) break;
         int plen = pkv_token_to_piece(model, tok, false, piece, sizeof piece);
         if (plen > 0) fwrite(piece, 1, (size_t)plen, stdout);

@@ -28,7 +28,8 @@ typedef enum {
     PKV_ERR_LIMIT,       /* a limit was exceeded (context length, memory cap) */
     PKV_ERR_NOMEM,       /* an allocation failed */
     PKV_ERR_INTERRUPTED, /* the caller asked to stop */
-    PKV_ERR_INTERNAL
+    PKV_ERR_INTERNAL,
+    PKV_ERR_NUMERIC      /* a computation gave no finite number (NaN or infinite logits: a corrupt model) */
 } pkv_status;
 
 typedef struct {
@@ -376,7 +377,12 @@ typedef struct pkv_sampler pkv_sampler;
 
 pkv_sampler *pkv_sampler_new(const pkv_sampler_params *params, int n_vocab);
 void pkv_sampler_free(pkv_sampler *sampler);
-int32_t pkv_sample(pkv_sampler *sampler, const float *logits);
+/* The next token from n_vocab logits. Total over non-finite values: NaN is
+ * never chosen (it ranks below every number), -inf has probability 0, and
+ * +inf logits, when present, share all the probability. A step without one
+ * finite logit returns -1 with PKV_ERR_NUMERIC, "non-finite logits at step
+ * N" (N counts the tokens this sampler has drawn, from 0). */
+int32_t pkv_sample(pkv_sampler *sampler, const float *logits, pkv_error *err);
 
 #ifdef __cplusplus
 }
