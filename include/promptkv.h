@@ -118,6 +118,14 @@ uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, int elem_
 int pkv_tokenize(const pkv_model *model, const char *text, size_t text_len, bool add_special,
                  bool parse_special, int32_t *tokens, int max_tokens, pkv_error *err);
 
+/* pkv_tokenize into a buffer it grows, for callers that cannot bound the
+ * count (byte fallback gives up to three ids per input byte): appends the
+ * ids of the text to *tokens, which holds *n_tokens ids in room for
+ * *capacity (NULL, 0, 0 to start; free() it). Returns the number of ids
+ * appended, or -1 (the buffer is then unchanged but may have grown). */
+int pkv_tokenize_append(const pkv_model *model, const char *text, size_t text_len, bool add_special,
+                        bool parse_special, int32_t **tokens, int *n_tokens, int *capacity, pkv_error *err);
+
 /* The bytes a token stands for (byte tokens become their byte, SPM "▁" a
  * space). Returns the length written (not NUL-terminated), or -1 if the token
  * id is out of range. Control tokens give "" unless render_special. */

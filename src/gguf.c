@@ -607,7 +607,9 @@ int gguf_open_memory(gguf_file *f, const void *data, size_t size, const char *na
 int gguf_open(gguf_file *f, const char *path, pkv_error *err) {
     memset(f, 0, sizeof *f);
     set_path(f, path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
+     * below as not a regular file); regular files ignore the flag */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return pkv_fail(err, PKV_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -617,7 +619,10 @@ int gguf_open(gguf_file *f, const char *path, pkv_error *err) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return pkv_fail(err, PKV_ERR_IO, "%s: not a regular file", f->path);
+        return pkv_fail(err, PKV_ERR_IO, "%s: not a regular file (a model must be a GGUF file, not a %s)", f->path,
+                        S_ISFIFO(st.st_mode) ? "pipe" : S_ISDIR(st.st_mode) ? "directory"
+                                                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device"
+                                                                                                  : "socket or link");
     }
     if (st.st_size == 0) {
         close(fd);

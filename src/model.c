@@ -116,9 +116,14 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
     if (meta_int(&m, "attention.key_length", false, false, default_hd, &hp->head_dim_k) ||
         meta_int(&m, "attention.value_length", false, false, default_hd, &hp->head_dim_v))
         return -1;
-    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0 || hp->head_dim_k % 2 != 0)
-        return pkv_fail(err, PKV_ERR_FORMAT, "%s: head dimension %d/%d must be positive and even",
-                        model->file.path, hp->head_dim_k, hp->head_dim_v);
+    if (hp->head_dim_k <= 0 || hp->head_dim_k % 2 != 0)
+        return pkv_fail(err, PKV_ERR_FORMAT,
+                        "%s: key %s.attention.key_length: head dimension %d must be positive and even",
+                        model->file.path, model->arch_name, hp->head_dim_k);
+    if (hp->head_dim_v <= 0)
+        return pkv_fail(err, PKV_ERR_FORMAT,
+                        "%s: key %s.attention.value_length: head dimension %d must be positive",
+                        model->file.path, model->arch_name, hp->head_dim_v);
     if (meta_float(&m, "attention.layer_norm_rms_epsilon", true, true, 0, &hp->rms_eps)) return -1;
 
     /* RoPE (engine-notes.md §5) */
