@@ -1165,6 +1165,12 @@ TEST(gguf_open_io_errors) {
     const char *dir = getenv("TMPDIR");
     CHECK(gguf_open(&f, dir && *dir ? dir : P_tmpdir, &err) == -1 && err.code == PKV_ERR_IO &&
           strstr(err.msg, "not a regular file"));
+    /* a FIFO with no writer: refused at once, never waited on */
+    temp_path(path, sizeof path, "fifo.gguf");
+    REQUIRE(mkfifo(path, 0600) == 0);
+    int frc = gguf_open(&f, path, &err);
+    remove(path);
+    CHECK(frc == -1 && err.code == PKV_ERR_IO && strstr(err.msg, "not a regular file") && strstr(err.msg, "pipe"));
     temp_path(path, sizeof path, "empty.gguf");
     FILE *fp = fopen(path, "wb");
     REQUIRE(fp != NULL);
