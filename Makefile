@@ -17,13 +17,15 @@ OPT     ?= -O2 -g
 PYTHON  ?= python3
 
 # The library is portable x86-64/C11; SIMD files get their own flags and are
-# chosen at run time (src/cpu.c).
+# chosen at run time (src/kernels/cpu.c).
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
                 -Iinclude -Isrc -pthread -fno-strict-aliasing
 AVX2_FLAGS    = -mavx2 -mfma -mf16c
 AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c src/bench/*.c))
+# the engine's layers, lowest first: a layer includes only the layers before it
+ENGINE_DIRS := base format kernels cache text model press engine
+LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS) eval bench,$(wildcard src/$(d)/*.c)))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
@@ -120,14 +122,16 @@ bench: all $(GEMMA_MODEL)
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
 fuzz: $(BUILD)/fuzz_gguf
-$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/gguf.h
+FUZZ_GGUF_SRC = src/format/gguf.c src/base/error.c
+$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 	@mkdir -p $(BUILD)
-	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c src/gguf.c src/error.c -o $@ -lm
+	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) -o $@ -lm
 
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
 FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/,cpu.o quant_avx2.o quant_avx512.o gemm_avx2.o gemm_avx512.o)
+FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/kernels/,cpu.o quant_avx2.o quant_avx512.o vec_avx2.o vec_avx512.o \
+                                                    gemm_avx2.o gemm_avx512.o)
 $(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
 $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc

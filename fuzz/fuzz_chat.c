@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "promptkv.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define REQUIRE(cond)                  \
     do {                               \

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "promptkv.h"
-#include "unicode.h"
+#include "text/unicode.h"
 
 #define REQUIRE(cond)                  \
     do {                               \

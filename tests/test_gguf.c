@@ -48,7 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "test.h"
 
 static const uint8_t gguf_py_all_types[] = {

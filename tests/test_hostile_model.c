@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "model.h"
+#include "format/gguf.h"
+#include "model/model.h"
 #include "promptkv.h"
 #include "test.h"
 

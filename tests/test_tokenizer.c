@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "test.h"
-#include "tok_internal.h"
-#include "unicode.h"
+#include "text/vocab.h"
+#include "text/unicode.h"
 
 /* ---------------------------------------------------------------- fixture reading */
 

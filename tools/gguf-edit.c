@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 static int usage(void) {
     fputs("usage: gguf-edit IN OUT --set KEY TYPE VALUE\n"

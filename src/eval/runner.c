@@ -7,11 +7,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "eval/score.h"
 #include "eval/text.h"
-#include "press.h"
-#include "sampler.h"
+#include "engine/sampler.h"
+#include "press/press.h"
 
 const char *pkv_eval_mode_name(pkv_eval_mode mode) {
     return mode == PKV_EVAL_QUERY_AWARE ? "query_aware" : "query_agnostic";

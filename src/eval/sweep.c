@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "eval/json.h"
 #include "eval/text.h"
 

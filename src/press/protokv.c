@@ -46,9 +46,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "press.h"
-#include "prng.h"
+#include "base/prng.h"
 
 enum { PROTOTYPES_TOTAL = 500, MAX_LSH_BITS = 16 };
 
