@@ -9,6 +9,7 @@
 #                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
 #   make fuzz-request  libFuzzer target for the server's request parsing (clang)
 #   make fuzz-tokenizer, make fuzz-chat  libFuzzer targets for the tokenizers and the chat formatter (clang)
+#   make fuzz-http     libFuzzer target for the server's HTTP framing checks (clang)
 #   make deps       Debian packages the server needs (tools/install-deps.sh; run by make)
 
 CC      ?= gcc
@@ -82,7 +83,7 @@ $(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz fuzz-request fuzz-tokenizer fuzz-chat deps clean demo bench
+.PHONY: all lib cli tests run test model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
 all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
 deps:
 	@tools/install-deps.sh
@@ -137,7 +138,9 @@ $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc
 $(FUZZ_GCC_OBJS): FUZZ_LIB_FLAGS =
 fuzz-request: $(BUILD)/fuzz_request
-$(BUILD)/fuzz_request: fuzz/fuzz_request.c $(BUILD)/fuzz/libpromptkv_server.a $(BUILD)/fuzz/libpromptkv.a
+fuzz-http: $(BUILD)/fuzz_http
+$(BUILD)/fuzz_request $(BUILD)/fuzz_http: $(BUILD)/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libpromptkv_server.a \
+                                         $(BUILD)/fuzz/libpromptkv.a
 	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm $(SERVER_LIBS)
 # the tokenizers (SPM and BPE) and the chat formatter with prompt assembly, on the whole library
 fuzz-tokenizer: $(BUILD)/fuzz_tokenizer

@@ -129,26 +129,53 @@ TEST(hostile_softcapping_and_attention_scale_refused_unless_positive) {
     expect_positive_finite(TINY_LLAMA, "llama.attention.scale", 0.125f);
 }
 
+/* The fixture's bytes and the offset of an F32 tensor's data in them (to
+ * edit weights in place); NULL (and the test failed) if either is missing. */
+static char *fixture_tensor(const char *fixture, const char *tensor, size_t *size, size_t *data_off, uint64_t *n) {
+    char *bytes = test_read_file(fixture, size);
+    gguf_file f;
+    pkv_error err;
+    if (!bytes || gguf_open_memory(&f, bytes, *size, fixture, &err)) {
+        test_fail(__FILE__, __LINE__, "cannot read %s", fixture);
+        free(bytes);
+        return NULL;
+    }
+    const gguf_tensor *t = gguf_find_tensor(&f, tensor);
+    if (t && t->type == 0) {
+        *data_off = (size_t)((const char *)t->data - bytes);
+        *n = t->ne[0];
+    } else {
+        test_fail(__FILE__, __LINE__, "%s has no F32 tensor %s", fixture, tensor);
+        free(bytes);
+        bytes = NULL;
+    }
+    gguf_close(&f);
+    return bytes;
+}
+
+static bool write_bytes(const char *path, const char *bytes, size_t size) {
+    FILE *out = fopen(path, "wb");
+    bool ok = out && fwrite(bytes, 1, size, out) == size;
+    if (out && fclose(out)) ok = false;
+    if (!ok) test_fail(__FILE__, __LINE__, "cannot write %s", path);
+    return ok;
+}
+
 /* rope_freqs.weight (Llama 3 scaling) divides each pair's frequency: one bad
  * element is refused, naming it. */
 TEST(hostile_rope_freqs_values_refused) {
-    size_t size;
-    char *bytes = test_read_file(TINY_LLAMA31, &size);
-    REQUIRE(bytes);
-    gguf_file f;
-    pkv_error err;
-    REQUIRE_MSG(gguf_open_memory(&f, bytes, size, "tiny-llama31", &err) == 0, "%s", err.msg);
-    const gguf_tensor *t = gguf_find_tensor(&f, "rope_freqs.weight");
-    REQUIRE(t && t->type == 0 && t->ne[0] > 3);
-    size_t off = (size_t)((const char *)t->data - bytes) + 3 * sizeof(float);
-    gguf_close(&f);
+    size_t size, off;
+    uint64_t n;
+    char *bytes = fixture_tensor(TINY_LLAMA31, "rope_freqs.weight", &size, &off, &n);
+    REQUIRE(bytes && n > 3);
+    off += 3 * sizeof(float);
     const float bad[] = {NAN, INFINITY, -INFINITY, 0.0f, -2.0f};
     char path[512];
     temp_model_path(path, sizeof path, "rope_freqs");
+    pkv_error err;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         memcpy(bytes + off, &bad[i], sizeof(float));
-        FILE *out = fopen(path, "wb");
-        REQUIRE(out && fwrite(bytes, 1, size, out) == size && fclose(out) == 0);
+        if (!write_bytes(path, bytes, size)) break;
         pkv_model *m = load(path, &err);
         CHECK_MSG(!m && strstr(err.msg, "rope_freqs.weight[3]") && strstr(err.msg, "must be finite and > 0"),
                   "rope_freqs.weight[3] = %g: %s", bad[i], m ? "loaded" : err.msg);
@@ -215,31 +242,27 @@ TEST(hostile_token_ids_outside_the_vocabulary_refused) {
 /* NaN weights pass every load check; the logits come out NaN and every
  * sampling mode stops with the step named, never a token. */
 TEST(hostile_nan_weights_end_in_a_numeric_error) {
-    size_t size;
-    char *bytes = test_read_file(TINY_LLAMA, &size);
+    size_t size, off;
+    uint64_t n;
+    char *bytes = fixture_tensor(TINY_LLAMA, "output_norm.weight", &size, &off, &n);
     REQUIRE(bytes);
-    gguf_file f;
-    pkv_error err;
-    REQUIRE_MSG(gguf_open_memory(&f, bytes, size, "tiny-llama", &err) == 0, "%s", err.msg);
-    const gguf_tensor *t = gguf_find_tensor(&f, "output_norm.weight");
-    REQUIRE(t && t->type == 0);
-    float *w = (float *)(bytes + ((const char *)t->data - bytes));
-    for (uint64_t i = 0; i < t->ne[0]; i++) w[i] = NAN;
-    gguf_close(&f);
+    const float nan = NAN;
+    for (uint64_t i = 0; i < n; i++) memcpy(bytes + off + i * sizeof(float), &nan, sizeof(float));
     char path[512];
     temp_model_path(path, sizeof path, "nan");
-    FILE *out = fopen(path, "wb");
-    REQUIRE(out && fwrite(bytes, 1, size, out) == size && fclose(out) == 0);
+    bool written = write_bytes(path, bytes, size);
     free(bytes);
+    REQUIRE(written);
+    pkv_error err;
     pkv_model *m = load(path, &err);
     remove(path);
     REQUIRE_MSG(m, "%s", err.msg);
     pkv_session *s = pkv_session_new(m, NULL, &err);
     REQUIRE(s);
     int32_t toks[16];
-    int n = pkv_tokenize(m, "hello", 5, true, false, toks, 16, &err);
-    REQUIRE(n > 0 && n <= 16);
-    REQUIRE_MSG(pkv_prefill(s, toks, n, NULL, NULL, &err) == 0, "%s", err.msg);
+    int n_toks = pkv_tokenize(m, "hello", 5, true, false, toks, 16, &err);
+    REQUIRE(n_toks > 0 && n_toks <= 16);
+    REQUIRE_MSG(pkv_prefill(s, toks, n_toks, NULL, NULL, &err) == 0, "%s", err.msg);
     for (int mode = 0; mode < 5; mode++) {
         pkv_sampler_params sp;
         pkv_sampler_params_default(&sp);
