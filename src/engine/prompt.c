@@ -26,27 +26,34 @@ typedef struct {
     int n, cap;
 } token_list;
 
-static int append(const pkv_model *m, token_list *t, const char *text, size_t len, bool add_special,
-                  bool parse_special, pkv_error *err) {
-    if (len == 0 && !add_special) return 0;
+int pkv_tokenize_append(const pkv_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t **tokens, int *n_tokens, int *capacity, pkv_error *err) {
     for (;;) {
-        int room = t->cap - t->n;
-        int n = pkv_tokenize(m, text, len, add_special, parse_special, t->ids + t->n, room, err);
+        int room = *capacity - *n_tokens;
+        /* no buffer yet: count first (NULL + 0 is undefined behaviour) */
+        int n = pkv_tokenize(m, text, len, add_special, parse_special, *tokens ? *tokens + *n_tokens : NULL, room,
+                             err);
         if (n < 0) return -1;
         if (n <= room) {
-            t->n += n;
-            return 0;
+            *n_tokens += n;
+            return n;
         }
-        int cap = t->cap ? t->cap : 64;
-        while (cap - t->n < n) {
+        int cap = *capacity ? *capacity : 64;
+        while (cap - *n_tokens < n) {
             if (cap > (1 << 29)) return pkv_fail(err, PKV_ERR_LIMIT, "prompt: more than %d tokens", 1 << 29);
             cap *= 2;
         }
-        int32_t *g = realloc(t->ids, (size_t)cap * sizeof *g);
+        int32_t *g = realloc(*tokens, (size_t)cap * sizeof *g);
         if (!g) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory tokenizing the prompt");
-        t->ids = g;
-        t->cap = cap;
+        *tokens = g;
+        *capacity = cap;
     }
+}
+
+static int append(const pkv_model *m, token_list *t, const char *text, size_t len, bool add_special,
+                  bool parse_special, pkv_error *err) {
+    if (len == 0 && !add_special) return 0;
+    return pkv_tokenize_append(m, text, len, add_special, parse_special, &t->ids, &t->n, &t->cap, err) < 0 ? -1 : 0;
 }
 
 /* Renders the conversation of the parts with content `user` for the user

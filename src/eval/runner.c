@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "eval/score.h"
 #include "eval/text.h"
+#include "engine/sampler.h"
 #include "press/press.h"
 
 const char *pkv_eval_mode_name(pkv_eval_mode mode) {
@@ -255,13 +256,6 @@ static void log_softmax(const float *logits, int n, float *out) {
     for (int i = 0; i < n; i++) out[i] = (float)((double)logits[i] - lse);
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* KL(p || q) from log-probabilities */
 static double kl_div(const float *logp, const float *logq, int n) {
     double kl = 0.0;
@@ -284,7 +278,7 @@ typedef struct {
 static void agree_step(agree_acc *a, int step, const float *logits) {
     pkv_eval_runner *r = a->r;
     log_softmax(logits, r->n_vocab, r->logp);
-    a->matched += argmax(logits, r->n_vocab) == r->full_tokens[step];
+    a->matched += pkv_logits_argmax(logits, r->n_vocab) == r->full_tokens[step];
     a->kl_sum += kl_div(r->full_logp + (size_t)step * r->n_vocab, r->logp, r->n_vocab);
 }
 
@@ -403,7 +397,9 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
     char piece[256];
     for (int step = 0;; step++) {
         const float *logits = pkv_logits(r->tmp);
-        int32_t tok = argmax(logits, r->n_vocab);
+        int32_t tok = pkv_logits_argmax(logits, r->n_vocab);
+        if (tok < 0)
+            return pkv_fail(err, PKV_ERR_NUMERIC, "non-finite logits at step %d: no logit is a finite number", step);
         if (record && step < r->opts.agree_k) log_softmax(logits, r->n_vocab, r->full_logp + (size_t)step * r->n_vocab);
         if (a && *diverged < 0 && step < a->k_eff) {
             agree_step(a, step, logits);

@@ -295,7 +295,13 @@ static void generate(srv_slot *slot, srv_job *job) {
     int n_gen = 0, n_decoded = 0;
     char piece[256];
     for (;;) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s));
+        pkv_error err;
+        int32_t tok = pkv_sample(sampler, pkv_logits(s), &err);
+        if (tok < 0) { /* no finite logit: a 500, never a random token */
+            fail_job(slot, job, &err);
+            finish = NULL;
+            break;
+        }
         if (pkv_token_is_eog(model, tok)) {
             finish = "stop";
             break;
@@ -308,7 +314,6 @@ static void generate(srv_slot *slot, srv_job *job) {
         }
         if (n_gen >= job->in.max_tokens) break;
         double t0 = srv_now();
-        pkv_error err;
         if (pkv_decode(s, tok, &err)) {
             if (err.code != PKV_ERR_LIMIT && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
             break; /* the context is full: "length" */
