@@ -447,30 +447,47 @@ static void item_tokens_free(item_tokens *t) {
     free(t->needle);
 }
 
+int pkv_eval_item_tokens(const pkv_model *m, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *pt,
+                         int32_t **needle, int *n_needle, pkv_error *err) {
+    *needle = NULL;
+    *n_needle = 0;
+    if (item_prompt(m, chat, item, pt, err)) return -1;
+    *needle = malloc((size_t)(pt->context_end + 1) * sizeof **needle);
+    if (!*needle) {
+        pkv_prompt_tokens_free(pt);
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    }
+    /* needle spans are byte offsets into the context text: map them on the
+     * context's own tokens, then shift past the template head (or BOS) */
+    int rc = pkv_eval_needle_positions(m, item->context, pt->tokens + pt->context_begin,
+                                       pt->context_end - pt->context_begin, item->needles, item->n_needles, *needle,
+                                       pt->context_end, n_needle, err);
+    if (*n_needle > pt->context_end) *n_needle = pt->context_end;
+    for (int i = 0; i < *n_needle; i++) (*needle)[i] += pt->context_begin;
+    if (rc) {
+        free(*needle);
+        *needle = NULL;
+        pkv_prompt_tokens_free(pt);
+    }
+    return rc;
+}
+
 static int tokenize_item(const pkv_model *m, bool chat, const pkv_eval_item *item, item_tokens *t, pkv_error *err) {
     memset(t, 0, sizeof *t);
     pkv_prompt_tokens pt;
-    if (item_prompt(m, chat, item, &pt, err)) return -1;
+    if (pkv_eval_item_tokens(m, chat, item, &pt, &t->needle, &t->n_needle, err)) return -1;
     t->n_ctx = pt.context_end;
     t->n_question = pt.question_end - pt.context_end;
     t->n_q = pt.n_tokens - pt.context_end;
     t->ctx = malloc((size_t)(t->n_ctx + 1) * sizeof *t->ctx);
     t->q = malloc((size_t)(t->n_q + 1) * sizeof *t->q);
-    t->needle = malloc((size_t)(t->n_ctx + 1) * sizeof *t->needle);
-    if (!t->ctx || !t->q || !t->needle) {
+    if (!t->ctx || !t->q) {
         pkv_prompt_tokens_free(&pt);
         return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
     }
     memcpy(t->ctx, pt.tokens, (size_t)t->n_ctx * sizeof *t->ctx);
     if (t->n_q) memcpy(t->q, pt.tokens + pt.context_end, (size_t)t->n_q * sizeof *t->q);
-    /* needle spans are byte offsets into the context text: map them on the
-     * context's own tokens, then shift past the template head (or BOS) */
-    int rc = pkv_eval_needle_positions(m, item->context, pt.tokens + pt.context_begin,
-                                       pt.context_end - pt.context_begin, item->needles, item->n_needles, t->needle,
-                                       t->n_ctx, &t->n_needle, err);
-    for (int i = 0; i < t->n_needle && i < t->n_ctx; i++) t->needle[i] += pt.context_begin;
     pkv_prompt_tokens_free(&pt);
-    if (rc) return -1;
     t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
     return t->n_ref < 0 ? -1 : 0;
 }
