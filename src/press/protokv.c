@@ -85,16 +85,16 @@ static const pkv_press_option PROTOKV_OPTIONS[] = {
     {"edge", "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)"},
     {"sign", "deviate (default: SATs are the rows least similar to their neighbours) | similar (the most)"},
     {"r", "LSH bits: u = 2^r SAT buckets (default 2)"},
-    {"v", "chunk prototypes of the other rows (default 500 - 2^r; at most one per row)"},
+    {"v", "chunk prototypes of the other rows, with chunk=none (default then 500 - 2^r; at most one per row)"},
     {"sigma", "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
-    {"chunk", "rows per chunk prototype instead of a count v (none: default, v decides)"},
-    {"assign", "global (default: a row joins the nearest of all prototypes) | local (the SAT prototypes and the "
-               "chunks within reach of its own)"},
+    {"chunk", "rows per chunk prototype (default 16) | none: a count v of chunk prototypes instead"},
+    {"assign", "local (default: a row joins the nearest of the SAT prototypes and the chunks within reach of its "
+               "own) | global (the nearest of all prototypes)"},
     {"reach", "assign=local: chunks on each side of a row's own chunk it may join (default 1)"},
-    {"score", "logit (default: q.k summed over the window queries and the query group) | attn (SnapKV's votes)"},
-    {"kernel", "positional pooling of the row votes before clustering, odd (default 1: none; SnapKV's S5)"},
-    {"pool", "avg (default) | max: the pooling of kernel"},
-    {"agg", "sum (default) | mean | max: a cluster's score psi from its rows' votes"},
+    {"score", "attn (default: SnapKV's softmax votes) | logit (q.k summed over the window queries and the query group)"},
+    {"kernel", "positional pooling of the row votes before clustering, odd (default 7, as SnapKV; 1: none)"},
+    {"pool", "max (default, as SnapKV) | avg: the pooling of kernel"},
+    {"agg", "mean (default) | sum | max: a cluster's score psi from its rows' votes"},
     {"mix", "rank rows by (1 - mix) vote + mix psi of their cluster (default 1: whole clusters in psi order)"},
     {"overflow", "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)"},
     {"sinks", "the first N rows of the prompt are always kept (default 0)"},
@@ -102,7 +102,13 @@ static const pkv_press_option PROTOKV_OPTIONS[] = {
 };
 
 static void protokv_defaults(void *p) {
-    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2, .reach = 1, .kernel = 1, .mix = 1.0};
+    /* chosen on the development split (docs/protokv.md, "Choosing the defaults"):
+     * chunks of 16 rows joined locally, psi the mean of SnapKV's pooled softmax
+     * votes (SnapKV's own kernel and pooling), whole clusters; the seed's first
+     * reading is assign=global score=logit agg=sum kernel=1 chunk=none */
+    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2, .chunk = 16, .assign_local = true,
+                                            .reach = 1, .score_attn = true, .kernel = 7, .pool = PKV_POOL_MAX,
+                                            .agg = AGG_MEAN, .mix = 1.0};
 }
 
 static int parse_long(const char *key, const char *value, long lo, long hi, long *out, pkv_error *err) {
@@ -162,6 +168,7 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
     } else if (!strcmp(key, "v")) {
         if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
         p->v = (int)v;
+        p->chunk = 0; /* a count of chunk prototypes replaces the chunk size */
     } else if (!strcmp(key, "sigma")) {
         if (!strcmp(value, "median")) {
             p->sigma = 0.0;
@@ -175,6 +182,7 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
         }
         if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
         p->chunk = (int)v;
+        p->v = 0;
     } else if (!strcmp(key, "assign")) {
         return parse_choice(key, value, "global", "local", &p->assign_local, err);
     } else if (!strcmp(key, "reach")) {
