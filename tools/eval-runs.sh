@@ -22,18 +22,17 @@ q15=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 # on the defaults of the day
 # The seed's first reading but for the vote pooling, which rounds 1, 3 and 4
 # take from the eval's --kernel/--pool (a press item's own options come after
-# them); round 2 has no pooling (kernel=1), the first reading's.
-FIRST="assign=global:score=logit:agg=sum:chunk=none"
-A="protokv:$FIRST:score=attn:assign=local"
+# them); round 2 has no pooling (kernel=1), as the first reading.
+G="protokv:assign=global:chunk=none" # global assignment to 500 prototypes
+A="protokv:score=attn:assign=local"  # + chunk=N:agg=X
 dev_r1() {
-    local p="none,snapkv,streamingllm,pk=protokv:$FIRST,pk_attn=protokv:$FIRST:score=attn"
-    p="$p,pk_attn_mean=protokv:$FIRST:score=attn:agg=mean"
-    p="$p,pk_attn_max=protokv:$FIRST:score=attn:agg=max"
-    p="$p,max_c16L=$A:agg=max:chunk=16,max_c8L=$A:agg=max:chunk=8"
-    p="$p,max_c32L=$A:agg=max:chunk=32,mean_c16L=$A:agg=mean:chunk=16"
-    p="$p,sum_c16L=$A:agg=sum:chunk=16,lmean_c16L=protokv:$FIRST:agg=mean:chunk=16:assign=local"
-    p="$p,max_c16G=protokv:$FIRST:score=attn:agg=max:chunk=16"
-    p="$p,mix5_c16L=$A:agg=max:chunk=16:kernel=5:mix=0.5,max_c16L_s4=$A:agg=max:chunk=16:sinks=4"
+    local p="none,snapkv,streamingllm,pk=$G:score=logit:agg=sum,pk_attn=$G:score=attn:agg=sum"
+    p="$p,pk_attn_mean=$G:score=attn:agg=mean,pk_attn_max=$G:score=attn:agg=max"
+    p="$p,max_c16L=$A:chunk=16:agg=max,max_c8L=$A:chunk=8:agg=max"
+    p="$p,max_c32L=$A:chunk=32:agg=max,mean_c16L=$A:chunk=16:agg=mean"
+    p="$p,sum_c16L=$A:chunk=16:agg=sum,lmean_c16L=protokv:score=logit:assign=local:chunk=16:agg=mean"
+    p="$p,max_c16G=protokv:score=attn:assign=global:chunk=16:agg=max"
+    p="$p,mix5_c16L=$A:chunk=16:agg=max:kernel=5:mix=0.5,max_c16L_s4=$A:chunk=16:agg=max:sinks=4"
     echo "$p"
 }
 
@@ -70,9 +69,9 @@ run() {
             --press "$(dev_r1)" --budgets 128,256 --window 64 --kernel 5 --pool avg --mode query_aware -o out/$name "$@" ;;
     protokv-dev-r2) # development round 2: 2K, both modes, window 32, seed 101
         local n=kernel=1:pool=avg
-        local p="none,snapkv,snapkv_k5avg=snapkv:kernel=5:pool=avg,streamingllm,pk=protokv:$FIRST:$n"
+        local p="none,snapkv,snapkv_k5avg=snapkv:kernel=5:pool=avg,streamingllm,pk=$G:score=logit:agg=sum:$n"
         p="$p,c16max=$A:$n:chunk=16:agg=max,c16mean=$A:$n:chunk=16:agg=mean,c16sum=$A:$n:chunk=16:agg=sum"
-        p="$p,c16maxG=protokv:$FIRST:$n:score=attn:chunk=16:agg=max,c24max=$A:$n:chunk=24:agg=max"
+        p="$p,c16maxG=protokv:score=attn:assign=global:$n:chunk=16:agg=max,c24max=$A:$n:chunk=24:agg=max"
         p="$p,c16max_s4=$A:$n:chunk=16:agg=max:sinks=4,c16mean_nosat=$A:$n:chunk=16:agg=mean:m=0"
         "$bin" eval -m $q05 --seed 101 \
             --tasks niah_single_2,niah_single_3,niah_multikey_1,niah_multivalue,niah_multiquery --lengths 2048 --samples 3 \
