@@ -629,6 +629,22 @@ static void kept_prefix(const pkv_press_selection *sel, int n_prefix, bool *kept
         if (sel->keep[0][k] < n_prefix) kept[sel->keep[0][k]] = true;
 }
 
+/* Runs the press with opts (chunks of 4 rows) and checks that exactly the
+ * rows of chunk want, and the window, are kept. */
+static void check_one_chunk_kept(layer_env *e, const char *const *opts, int n_prefix, int want, const char *what) {
+    pkv_press_cfg *cfg = protokv_cfg(opts);
+    REQUIRE(cfg);
+    pkv_press_selection sel;
+    bool kept[64];
+    if (run_press(cfg, e, &sel)) {
+        kept_prefix(&sel, n_prefix, kept);
+        CHECK_EQ_INT(sel.n_keep[0], 8);
+        for (int i = 0; i < n_prefix; i++)
+            CHECK_MSG(kept[i] == (i / 4 == want), "%s: row %d kept %d", what, i, kept[i]);
+    }
+    pkv_press_cfg_free(cfg);
+}
+
 /* 16 prefix rows in chunks of 4 (m = 0, assign=local, reach 0: chunk c is
  * rows 4c..4c+3), budget 4 prefix rows + a window of 4: agg decides which
  * chunk survives whole. Chunk 0 holds one strong vote (10, 0, 0, 0: sum 10,
@@ -640,20 +656,11 @@ TEST(protokv_agg_sum_max_mean_by_hand) {
     voted_layer(&e, 20, 4, a);
     const char *aggs[] = {"sum", "max", "mean"};
     const int want_chunk[] = {1, 0, 1}; /* sum 16 > 10; max 10 > 4; mean 4 > 2.5 */
-    for (int k = 0; k < 3; k++) {
-        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign",
-                                                          "local", "reach", "0", "agg", aggs[k], NULL});
-        REQUIRE(cfg);
-        pkv_press_selection sel;
-        bool kept[16];
-        if (run_press(cfg, &e, &sel)) {
-            kept_prefix(&sel, 16, kept);
-            CHECK_EQ_INT(sel.n_keep[0], 8);
-            for (int i = 0; i < 16; i++)
-                CHECK_MSG(kept[i] == (i / 4 == want_chunk[k]), "agg=%s: row %d kept %d", aggs[k], i, kept[i]);
-        }
-        pkv_press_cfg_free(cfg);
-    }
+    for (int k = 0; k < 3; k++)
+        check_one_chunk_kept(&e,
+                             (const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign", "local",
+                                              "reach", "0", "agg", aggs[k], NULL},
+                             16, want_chunk[k], aggs[k]);
     pkv_arena_free(&e.arena);
 }
 
@@ -824,19 +831,10 @@ TEST(protokv_score_logit_or_attn_by_hand) {
     voted_layer(&e, 16, 4, a);
     const char *scores[] = {"logit", "attn"};
     const int want_chunk[] = {1, 0};
-    for (int k = 0; k < 2; k++) {
-        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign",
-                                                          "local", "reach", "0", "score", scores[k], NULL});
-        REQUIRE(cfg);
-        pkv_press_selection sel;
-        bool kept[12];
-        if (run_press(cfg, &e, &sel)) {
-            kept_prefix(&sel, 12, kept);
-            CHECK_EQ_INT(sel.n_keep[0], 8);
-            for (int i = 0; i < 12; i++)
-                CHECK_MSG(kept[i] == (i / 4 == want_chunk[k]), "score=%s: row %d kept %d", scores[k], i, kept[i]);
-        }
-        pkv_press_cfg_free(cfg);
-    }
+    for (int k = 0; k < 2; k++)
+        check_one_chunk_kept(&e,
+                             (const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign", "local",
+                                              "reach", "0", "score", scores[k], NULL},
+                             12, want_chunk[k], scores[k]);
     pkv_arena_free(&e.arena);
 }
