@@ -53,6 +53,10 @@ run() {
             --lengths 2048,4096 --samples 3 --press none,snapkv,protokv,streamingllm \
             --budgets 64,128,256,512 --window 32 --kernel 7 --pool max \
             --mode query_aware,query_agnostic -o out/$name "$@" ;;
+    protokv-heldout-15b) # ProtoKV against SnapKV on the 1.5B model, held-out seed and tasks, query-aware
+        "$bin" eval -m $q15 --seed 0 --tasks niah_single_1,niah_single_3,niah_multikey_2 \
+            --lengths 4096 --samples 2 --press none,snapkv,protokv --budgets 128,256,512 --window 32 --kernel 7 \
+            --pool max --mode query_aware -o out/$name "$@" ;;
     qwen15-4k) # the 1.5B subset: needle tasks at 4K, three presses, four ratios
         "$bin" eval -m $q15 \
             --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_2,niah_multivalue,niah_multiquery \
