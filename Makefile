@@ -10,6 +10,8 @@
 #   make bench      re-run the measurements of docs/performance.md and docs/compression.md
 #                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
 #   make fuzz-request  libFuzzer target for the server's request parsing (clang)
+#   make fuzz-tokenizer, make fuzz-chat  libFuzzer targets for the tokenizers and the chat formatter (clang)
+#   make fuzz-http     libFuzzer target for the server's HTTP framing checks (clang)
 #   make deps       Debian packages the server needs (tools/install-deps.sh; run by make)
 
 CC      ?= gcc
@@ -18,13 +20,15 @@ OPT     ?= -O2 -g
 PYTHON  ?= python3
 
 # The library is portable x86-64/C11; SIMD files get their own flags and are
-# chosen at run time (src/cpu.c).
+# chosen at run time (src/kernels/cpu.c).
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
                 -Iinclude -Isrc -pthread -fno-strict-aliasing
 AVX2_FLAGS    = -mavx2 -mfma -mf16c
 AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
-LIB_SRC  := $(sort $(wildcard src/*.c src/press/*.c src/eval/*.c src/bench/*.c))
+# the engine's layers, lowest first: a layer includes only the layers before it
+ENGINE_DIRS := base format kernels cache text model press engine
+LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS) eval bench,$(wildcard src/$(d)/*.c)))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
@@ -59,6 +63,10 @@ $(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/gguf-edit: $(1)/tools/gguf-edit.o $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 endef
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -79,13 +87,14 @@ $(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request deps clean demo bench
-all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
+.PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
+all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/protokv-diagnose
 deps:
 	@tools/install-deps.sh
 lib: $(BUILD)/libpromptkv.a
 cli: $(BUILD)/promptkv
-tests: $(BUILD)/test_runner $(BUILD)/san/test_runner
+# the CLI under ASan + UBSan and gguf-edit: the mutated-model property test (tests/mutate-test.sh)
+tests: $(BUILD)/test_runner $(BUILD)/san/test_runner $(BUILD)/san/promptkv $(BUILD)/gguf-edit
 
 # models by name (tools/install-model.sh): the file each name installs
 NAME          ?= qwen2.5-coder-0.5b-instruct
@@ -121,21 +130,30 @@ bench: all $(GEMMA_MODEL)
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
 fuzz: $(BUILD)/fuzz_gguf
-$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c src/gguf.c src/error.c src/gguf.h
+FUZZ_GGUF_SRC = src/format/gguf.c src/base/error.c
+$(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 	@mkdir -p $(BUILD)
-	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c src/gguf.c src/error.c -o $@ -lm
+	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) -o $@ -lm
 
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
 FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/,cpu.o quant_avx2.o quant_avx512.o)
+FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/kernels/,cpu.o quant_avx2.o quant_avx512.o vec_avx2.o vec_avx512.o \
+                                                    gemm_avx2.o gemm_avx512.o)
 $(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
 $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc
 $(FUZZ_GCC_OBJS): FUZZ_LIB_FLAGS =
 fuzz-request: $(BUILD)/fuzz_request
-$(BUILD)/fuzz_request: fuzz/fuzz_request.c $(BUILD)/fuzz/libpromptkv_server.a $(BUILD)/fuzz/libpromptkv.a
+fuzz-http: $(BUILD)/fuzz_http
+$(BUILD)/fuzz_request $(BUILD)/fuzz_http: $(BUILD)/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libpromptkv_server.a \
+                                         $(BUILD)/fuzz/libpromptkv.a
 	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm $(SERVER_LIBS)
+# the tokenizers (SPM and BPE) and the chat formatter with prompt assembly, on the whole library
+fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+fuzz-chat: $(BUILD)/fuzz_chat
+$(BUILD)/fuzz_tokenizer $(BUILD)/fuzz_chat: $(BUILD)/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libpromptkv.a
+	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm
 
 clean:
 	rm -rf $(BUILD)

@@ -195,26 +195,10 @@ static char *read_text_arg(const char *cmd, const char *inline_text, const char 
 static int append_tokens(const char *cmd, pkv_model *model, prompt_tokens *pt, int *cap, const char *text, size_t len,
                          bool add_special) {
     pkv_error err;
-    if ((size_t)*cap - (size_t)pt->n_total < len + 16) {
-        size_t want = (size_t)pt->n_total + len + 16;
-        if (want > (size_t)1 << 30) {
-            cli_error(cmd, "the prompt is too long");
-            return -1;
-        }
-        int32_t *t = realloc(pt->tokens, want * sizeof *t);
-        if (!t) {
-            cli_error(cmd, "out of memory");
-            return -1;
-        }
-        pt->tokens = t;
-        *cap = (int)want;
-    }
-    int n = pkv_tokenize(model, text, len, add_special, true, pt->tokens + pt->n_total, *cap - pt->n_total, &err);
-    if (n < 0) {
+    if (pkv_tokenize_append(model, text, len, add_special, true, &pt->tokens, &pt->n_total, cap, &err) < 0) {
         cli_error(cmd, "%s", err.msg);
         return -1;
     }
-    pt->n_total += n;
     return 0;
 }
 
@@ -363,7 +347,13 @@ int cmd_run(int argc, char **argv) {
     double t_decode = 0.0;
     char piece[256];
     for (;;) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s));
+        int32_t tok = pkv_sample(sampler, pkv_logits(s), &err);
+        if (tok < 0) {
+            fputc('\n', stdout);
+            cli_error("run", "%s", err.msg);
+            exit_code = EXIT_RUNTIME;
+            break;
+        }
         if (!a.ignore_eos && pkv_token_is_eog(model, tok)) break;
         int plen = pkv_token_to_piece(model, tok, false, piece, sizeof piece);
         if (plen > 0) fwrite(piece, 1, (size_t)plen, stdout);

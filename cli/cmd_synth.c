@@ -7,7 +7,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "synth.h"
+#include "model/synth.h"
 
 static const char SYNTH_USAGE[] =
     "usage: promptkv synth SHAPE -o FILE [--type f16|q8_0|q4_k|...] [--seed S] [--std X] [-t THREADS]\n"

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 #define FUZZ_NAME "fuzz.gguf"
 

@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention.h"
-#include "cpu.h"
-#include "f16.h"
-#include "kvcache.h"
-#include "prng.h"
+#include "cache/attention.h"
+#include "kernels/cpu.h"
+#include "kernels/f16.h"
+#include "cache/kvcache.h"
+#include "base/prng.h"
 #include "test.h"
-#include "threads.h"
+#include "base/threads.h"
 
 static float rng_sym(uint64_t *s) { return (float)((pkv_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
 

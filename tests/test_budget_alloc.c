@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "press.h"
+#include "press/press.h"
 #include "press_fixtures.h"
 #include "test.h"
 

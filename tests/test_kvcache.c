@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "cpu.h"
-#include "kvcache.h"
+#include "kernels/cpu.h"
+#include "cache/kvcache.h"
 #include "test.h"
 
 enum { DK = 24, DV = 40, HEADS = 3 };

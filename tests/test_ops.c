@@ -17,13 +17,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu.h"
-#include "f16.h"
-#include "ops.h"
-#include "prng.h"
-#include "quant.h"
+#include "kernels/cpu.h"
+#include "kernels/f16.h"
+#include "kernels/ops.h"
+#include "base/prng.h"
+#include "kernels/quant.h"
 #include "test.h"
-#include "threads.h"
+#include "base/threads.h"
 
 /* ------------------------------------------------------------------ utilities */
 

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "f16.h"
-#include "prng.h"
-#include "quant.h"
+#include "kernels/f16.h"
+#include "base/prng.h"
+#include "kernels/quant.h"
 #include "test.h"
 
 /* ------------------------------------------------------------------ independent reference */

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "press.h"
+#include "press/press.h"
 #include "promptkv.h"
 #include "test.h"
 

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "f16.h"
-#include "gguf.h"
-#include "synth.h"
+#include "kernels/f16.h"
+#include "format/gguf.h"
+#include "model/synth.h"
 #include "test.h"
 
 static const pkv_synth_shape TINY_LLAMA = {

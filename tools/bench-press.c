@@ -30,9 +30,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
-#include "press.h"
-#include "prng.h"
+#include "base/error.h"
+#include "press/press.h"
+#include "base/prng.h"
 #include "press/protokv.h"
 #include "promptkv.h"
 

@@ -161,6 +161,6 @@ EOF
 
 mkdir -p "$out"
 "$cc" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -o "$work/gen" \
-    "$work/gen.c" src/gguf.c src/error.c -lm
+    "$work/gen.c" src/format/gguf.c src/base/error.c -lm
 "$work/gen" "$out"
 ls -l "$out"

@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "error.h"
-#include "threads.h"
+#include "base/error.h"
+#include "base/threads.h"
 
 typedef struct {
     const uint64_t *buf;

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "error.h"
-#include "model.h"
-#include "press.h"
+#include "base/error.h"
+#include "model/model.h"
+#include "press/press.h"
 
 int64_t pkv_bench_memfit_solve(double fixed_bytes, double bytes_per_token, uint64_t cap, int64_t n_max) {
     /* bisection on the predicate bytes(n) <= cap, which holds at lo and fails above hi */

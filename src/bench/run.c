@@ -8,9 +8,9 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "error.h"
-#include "model.h"
-#include "press.h"
+#include "base/error.h"
+#include "model/model.h"
+#include "press/press.h"
 
 static double now_seconds(void) {
     struct timespec ts;

@@ -7,8 +7,8 @@
 #include <sys/resource.h>
 
 #include "bench/bench.h"
-#include "prng.h"
-#include "threads.h"
+#include "base/prng.h"
+#include "base/threads.h"
 
 void pkv_bench_opts_default(pkv_bench_opts *opts) {
     memset(opts, 0, sizeof *opts);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "eval/json.h"
 #include "eval/tasks.h"
 #include "eval/text.h"

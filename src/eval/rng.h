@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prng.h" /* pkv_rng, pkv_rng_seed, pkv_rng_next */
+#include "base/prng.h" /* pkv_rng, pkv_rng_seed, pkv_rng_next */
 
 uint64_t pkv_fnv1a64(const void *data, size_t len);
 /* Continues an FNV-1a-64 hash over more bytes (start with PKV_FNV_OFFSET). */

@@ -7,10 +7,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "eval/score.h"
 #include "eval/text.h"
-#include "press.h"
+#include "engine/sampler.h"
+#include "press/press.h"
 
 const char *pkv_eval_mode_name(pkv_eval_mode mode) {
     return mode == PKV_EVAL_QUERY_AWARE ? "query_aware" : "query_agnostic";
@@ -255,13 +256,6 @@ static void log_softmax(const float *logits, int n, float *out) {
     for (int i = 0; i < n; i++) out[i] = (float)((double)logits[i] - lse);
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* KL(p || q) from log-probabilities */
 static double kl_div(const float *logp, const float *logq, int n) {
     double kl = 0.0;
@@ -284,7 +278,7 @@ typedef struct {
 static void agree_step(agree_acc *a, int step, const float *logits) {
     pkv_eval_runner *r = a->r;
     log_softmax(logits, r->n_vocab, r->logp);
-    a->matched += argmax(logits, r->n_vocab) == r->full_tokens[step];
+    a->matched += pkv_logits_argmax(logits, r->n_vocab) == r->full_tokens[step];
     a->kl_sum += kl_div(r->full_logp + (size_t)step * r->n_vocab, r->logp, r->n_vocab);
 }
 
@@ -403,7 +397,9 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
     char piece[256];
     for (int step = 0;; step++) {
         const float *logits = pkv_logits(r->tmp);
-        int32_t tok = argmax(logits, r->n_vocab);
+        int32_t tok = pkv_logits_argmax(logits, r->n_vocab);
+        if (tok < 0)
+            return pkv_fail(err, PKV_ERR_NUMERIC, "non-finite logits at step %d: no logit is a finite number", step);
         if (record && step < r->opts.agree_k) log_softmax(logits, r->n_vocab, r->full_logp + (size_t)step * r->n_vocab);
         if (a && *diverged < 0 && step < a->k_eff) {
             agree_step(a, step, logits);
@@ -451,30 +447,47 @@ static void item_tokens_free(item_tokens *t) {
     free(t->needle);
 }
 
+int pkv_eval_item_tokens(const pkv_model *m, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *pt,
+                         int32_t **needle, int *n_needle, pkv_error *err) {
+    *needle = NULL;
+    *n_needle = 0;
+    if (item_prompt(m, chat, item, pt, err)) return -1;
+    *needle = malloc((size_t)(pt->context_end + 1) * sizeof **needle);
+    if (!*needle) {
+        pkv_prompt_tokens_free(pt);
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    }
+    /* needle spans are byte offsets into the context text: map them on the
+     * context's own tokens, then shift past the template head (or BOS) */
+    int rc = pkv_eval_needle_positions(m, item->context, pt->tokens + pt->context_begin,
+                                       pt->context_end - pt->context_begin, item->needles, item->n_needles, *needle,
+                                       pt->context_end, n_needle, err);
+    if (*n_needle > pt->context_end) *n_needle = pt->context_end;
+    for (int i = 0; i < *n_needle; i++) (*needle)[i] += pt->context_begin;
+    if (rc) {
+        free(*needle);
+        *needle = NULL;
+        pkv_prompt_tokens_free(pt);
+    }
+    return rc;
+}
+
 static int tokenize_item(const pkv_model *m, bool chat, const pkv_eval_item *item, item_tokens *t, pkv_error *err) {
     memset(t, 0, sizeof *t);
     pkv_prompt_tokens pt;
-    if (item_prompt(m, chat, item, &pt, err)) return -1;
+    if (pkv_eval_item_tokens(m, chat, item, &pt, &t->needle, &t->n_needle, err)) return -1;
     t->n_ctx = pt.context_end;
     t->n_question = pt.question_end - pt.context_end;
     t->n_q = pt.n_tokens - pt.context_end;
     t->ctx = malloc((size_t)(t->n_ctx + 1) * sizeof *t->ctx);
     t->q = malloc((size_t)(t->n_q + 1) * sizeof *t->q);
-    t->needle = malloc((size_t)(t->n_ctx + 1) * sizeof *t->needle);
-    if (!t->ctx || !t->q || !t->needle) {
+    if (!t->ctx || !t->q) {
         pkv_prompt_tokens_free(&pt);
         return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
     }
     memcpy(t->ctx, pt.tokens, (size_t)t->n_ctx * sizeof *t->ctx);
     if (t->n_q) memcpy(t->q, pt.tokens + pt.context_end, (size_t)t->n_q * sizeof *t->q);
-    /* needle spans are byte offsets into the context text: map them on the
-     * context's own tokens, then shift past the template head (or BOS) */
-    int rc = pkv_eval_needle_positions(m, item->context, pt.tokens + pt.context_begin,
-                                       pt.context_end - pt.context_begin, item->needles, item->n_needles, t->needle,
-                                       t->n_ctx, &t->n_needle, err);
-    for (int i = 0; i < t->n_needle && i < t->n_ctx; i++) t->needle[i] += pt.context_begin;
     pkv_prompt_tokens_free(&pt);
-    if (rc) return -1;
     t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
     return t->n_ref < 0 ? -1 : 0;
 }

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "error.h"
+#include "base/error.h"
 
 /* Parses a non-negative integer option value; 0 on success. */
 static inline int press_parse_count(const char *press, const char *key, const char *value, int max, int *out,

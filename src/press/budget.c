@@ -15,8 +15,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "error.h"
-#include "press.h"
+#include "base/error.h"
+#include "press/press.h"
 
 /* Rows the press always keeps at the end of a head: PyramidKV's window w. */
 static int forced_window(const pkv_press_cfg *cfg) {

@@ -8,8 +8,8 @@
  */
 #include <string.h>
 
-#include "baselines_common.h"
-#include "press.h"
+#include "press/baselines_common.h"
+#include "press/press.h"
 
 typedef struct {
     bool normalize;

@@ -2,7 +2,7 @@
  * the smallest L2 norm (score = -|k|, in fp32). */
 #include <math.h>
 
-#include "press.h"
+#include "press/press.h"
 
 static int knorm_score(const void *p, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     (void)p;

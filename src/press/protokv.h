@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "press.h"
+#include "press/press.h"
 
 /* Nearest prototype by cosine (B.0 step 6), blocked as a small matrix product:
  * unit_rows [n][dim] and protos [n_protos][dim] are unit vectors (or zero);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "press.h"
+#include "base/error.h"
+#include "press/press.h"
 
 extern const pkv_press_ops pkv_press_snapkv, pkv_press_protokv, pkv_press_streamingllm, pkv_press_h2o,
     pkv_press_tova, pkv_press_knorm, pkv_press_random;

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "press.h"
+#include "base/error.h"
+#include "press/press.h"
 #include "press/snapkv.h"
 
 typedef struct {

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "baselines_common.h"
-#include "press.h"
+#include "press/baselines_common.h"
+#include "press/press.h"
 
 typedef struct {
     int sinks;

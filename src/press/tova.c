@@ -5,8 +5,8 @@
  */
 #include <string.h>
 
-#include "error.h"
-#include "press.h"
+#include "base/error.h"
+#include "press/press.h"
 
 static int tova_forced_window(const void *p, int window) {
     (void)p;

@@ -29,24 +29,15 @@ typedef struct {
     int n, cap;
 } token_buf;
 
-/* Appends the tokens of text[0, len). A token never covers less than a byte,
- * so len + 2 slots (BOS, EOS) always suffice. */
+/* Appends the tokens of text[0, len). */
 static int append_text(const pkv_model *m, token_buf *b, const char *text, size_t len, bool add_special,
                        srv_error *e) {
     if (len > (size_t)1 << 30) return srv_bad(e, "context_length_exceeded", NULL, "the prompt is too long");
-    size_t want = (size_t)b->n + len + 2;
-    if (want > (size_t)b->cap) {
-        int32_t *p = realloc(b->ids, want * sizeof *p);
-        if (!p) return no_memory(e);
-        b->ids = p;
-        b->cap = (int)want;
-    }
     pkv_error err;
-    int n = pkv_tokenize(m, text, len, add_special, true, b->ids + b->n, b->cap - b->n, &err);
-    if (n < 0) return srv_bad(e, "invalid_value", NULL, "cannot tokenize the prompt: %s", err.msg);
-    if (n > b->cap - b->n) return srv_fail(e, 500, "server_error", NULL, NULL, "tokenizer produced more tokens than bytes");
-    b->n += n;
-    return 0;
+    if (pkv_tokenize_append(m, text, len, add_special, true, &b->ids, &b->n, &b->cap, &err) >= 0) return 0;
+    if (err.code == PKV_ERR_NOMEM) return no_memory(e);
+    if (err.code == PKV_ERR_LIMIT) return srv_bad(e, "context_length_exceeded", NULL, "%s", err.msg);
+    return srv_bad(e, "invalid_value", NULL, "cannot tokenize the prompt: %s", err.msg);
 }
 
 /* ------------------------------------------------------------ chat */

@@ -149,6 +149,13 @@ static void take_news_locked(srv_job *job, srv_news *n) {
 static bool has_news_locked(const srv_job *job) { return job->out.ready > job->taken || job->state == JOB_DONE; }
 
 int srv_job_next(srv_sched *sc, srv_job *job, bool (*client_gone)(void *), void *user, srv_news *news) {
+    /* asked on every call, not only when a wait times out: a fast model has
+     * news within every 100 ms wait, and a client that left must still be
+     * noticed before the answer is complete */
+    if (client_gone && client_gone(user)) {
+        srv_job_cancel(sc, job);
+        return -1;
+    }
     pthread_mutex_lock(&sc->mu);
     while (!has_news_locked(job)) {
         if (job->state == JOB_QUEUED && srv_now() - job->t_submit > sc->opts.queue_timeout) {
@@ -295,7 +302,13 @@ static void generate(srv_slot *slot, srv_job *job) {
     int n_gen = 0, n_decoded = 0;
     char piece[256];
     for (;;) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s));
+        pkv_error err;
+        int32_t tok = pkv_sample(sampler, pkv_logits(s), &err);
+        if (tok < 0) { /* no finite logit: a 500, never a random token */
+            fail_job(slot, job, &err);
+            finish = NULL;
+            break;
+        }
         if (pkv_token_is_eog(model, tok)) {
             finish = "stop";
             break;
@@ -308,7 +321,6 @@ static void generate(srv_slot *slot, srv_job *job) {
         }
         if (n_gen >= job->in.max_tokens) break;
         double t0 = srv_now();
-        pkv_error err;
         if (pkv_decode(s, tok, &err)) {
             if (err.code != PKV_ERR_LIMIT && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
             break; /* the context is full: "length" */

@@ -1,0 +1,108 @@
+/*
+ * The KV cache (design.md "kvcache"): per layer and per KV head, a list of
+ * rows — key (post-RoPE), value, and the row's original position. Heads of
+ * one layer may hold different numbers of rows (a press keeps a different set
+ * per head; AdaKV gives heads different budgets), and layers differ too.
+ *
+ * The sequence's logical length (n_pos, which drives RoPE for new tokens) is
+ * the session's business; the cache only knows rows and their positions.
+ */
+#ifndef PKV_KVCACHE_H
+#define PKV_KVCACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "promptkv.h"
+#include "kernels/quant.h"
+
+/* One block per head (kvcache.c): cap rows of K, then cap rows of V, then
+ * cap positions; k points at the block, v and pos into it. */
+typedef struct {
+    int n_rows;
+    int cap;        /* rows allocated */
+    void *k;        /* cap rows of head_dim elements (f16 or f32) */
+    void *v;
+    int32_t *pos;   /* original position of each row */
+    size_t bytes;   /* size of the block at k (at least what cap needs) */
+} pkv_kv_head;
+
+typedef struct {
+    int n_heads;          /* KV heads (query heads after a per-query-head press) */
+    int n_heads_kv;       /* the model's KV heads: what a cleared layer goes back to */
+    int head_dim_k;
+    int head_dim_v;
+    int sliding_window;   /* 0: full attention; else rows older than the window are dropped */
+    pkv_kv_head *heads;
+} pkv_kv_layer;
+
+typedef struct {
+    pkv_cache_type type;
+    int elem_bytes;       /* 2 (f16) or 4 (f32) */
+    int n_layers;
+    pkv_kv_layer *layers;
+} pkv_kvcache;
+
+int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv_heads,
+                     int head_dim_k, int head_dim_v, const int *sliding_window_per_layer,
+                     pkv_error *err);
+void pkv_kvcache_free(pkv_kvcache *c);
+void pkv_kvcache_clear(pkv_kvcache *c);
+
+/* dst becomes a deep copy of src (same model); dst's rows are freed first. */
+int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
+
+/* Make room for n more rows in every head of the layer. */
+int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
+
+/* Append n rows to every head of a layer: k/v are [n, n_heads, head_dim]
+ * floats (token-major, as projections produce them). Converts to the cache
+ * type. Requires a prior reserve. */
+void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, const float *k,
+                        const float *v, const int32_t *pos, int n);
+
+/* Keep only the listed rows of one head (indices into the current rows,
+ * strictly increasing), compacting in place and shrinking the allocation to
+ * n_keep + spare rows. This is how a press's selection becomes real memory
+ * savings. */
+int pkv_kvcache_keep_rows(pkv_kvcache *c, int layer, int head, const int32_t *rows, int n_keep,
+                          int spare, pkv_error *err);
+
+/* Per-query-head selection (SnapKV granularity query_head): the layer gets
+ * n_new_heads heads, head s holding rows[s] (ascending) of old head
+ * s / (n_new_heads / n_heads). */
+int pkv_kvcache_split_heads(pkv_kvcache *c, int layer, int n_new_heads, const int32_t *const *rows,
+                            const int *n_keep, int spare, pkv_error *err);
+
+/* Sliding-window layers: drop rows no future query can see (position <=
+ * next_pos - window). Amortised: compacts only once the dead rows are at
+ * least as many as the live ones, so a decode step costs O(1) rows. */
+void pkv_kvcache_trim_window(pkv_kvcache *c, int layer, int next_pos);
+
+/* Keys/values of one head as floats: rows [0, n_rows) into dst (n_rows x dim). */
+void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
+                        float *dst);
+void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
+                        float *dst);
+
+/* Bytes allocated (capacity, not only used rows): what the cache costs in memory. */
+uint64_t pkv_kvcache_alloc_bytes(const pkv_kvcache *c);
+
+/* Bytes held: every row's key, value and position, all layers and heads. */
+uint64_t pkv_kvcache_bytes(const pkv_kvcache *c);
+/* Bytes of one row (key + value + position) in a layer. */
+uint64_t pkv_kvcache_row_bytes(const pkv_kvcache *c, int layer);
+/* Rows in a layer summed over heads. */
+int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer);
+
+static inline const void *pkv_kv_key(const pkv_kvcache *c, const pkv_kv_layer *l,
+                                     const pkv_kv_head *h, int row) {
+    return (const char *)h->k + (size_t)row * l->head_dim_k * c->elem_bytes;
+}
+static inline const void *pkv_kv_value(const pkv_kvcache *c, const pkv_kv_layer *l,
+                                       const pkv_kv_head *h, int row) {
+    return (const char *)h->v + (size_t)row * l->head_dim_v * c->elem_bytes;
+}
+
+#endif

@@ -1,0 +1,295 @@
+/* The public API: sessions, prefill, decode, tokenizer and chat wrappers. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "engine/session.h"
+
+void pkv_session_opts_default(pkv_session_opts *opts) {
+    memset(opts, 0, sizeof *opts);
+    opts->n_batch = 512;
+    opts->cache_type = PKV_CACHE_F16;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, pkv_error *err) {
+    pkv_error_clear(err);
+    pkv_session_opts opts;
+    if (opts_in) opts = *opts_in;
+    else pkv_session_opts_default(&opts);
+    const pkv_hparams *hp = &model->hp;
+    if (opts.n_ctx <= 0) opts.n_ctx = hp->n_ctx_train;
+    if (opts.n_batch <= 0) opts.n_batch = 512;
+    if (opts.n_ctx <= 0) {
+        pkv_fail(err, PKV_ERR_ARG, "context length must be > 0");
+        return NULL;
+    }
+    if (opts.keep_press_window < 0) {
+        pkv_fail(err, PKV_ERR_ARG, "keep_press_window must be >= 0, got %d", opts.keep_press_window);
+        return NULL;
+    }
+    if (opts.cache_type != PKV_CACHE_F16 && opts.cache_type != PKV_CACHE_F32) {
+        pkv_fail(err, PKV_ERR_ARG, "unknown cache type %d", (int)opts.cache_type);
+        return NULL;
+    }
+    pkv_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->model = model;
+    s->opts = opts;
+    s->pool = pkv_pool_new(opts.n_threads);
+    s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
+    s->work.inv_freq_global = calloc((size_t)hp->rope_global.n_rot / 2 + 1, sizeof(float));
+    s->work.inv_freq_local = calloc((size_t)hp->rope_local.n_rot / 2 + 1, sizeof(float));
+    int *windows = calloc((size_t)hp->n_layer, sizeof(int));
+    s->probes = calloc((size_t)hp->n_layer, sizeof *s->probes);
+    if (!s->pool || !s->logits || !s->work.inv_freq_global || !s->work.inv_freq_local || !windows || !s->probes) {
+        free(windows);
+        pkv_session_free(s);
+        pkv_fail(err, PKV_ERR_NOMEM, "out of memory creating a session");
+        return NULL;
+    }
+    s->comp = (pkv_compute){.kern = model->kern, .pool = s->pool};
+    pkv_rope_inv_freq(&hp->rope_global, s->work.inv_freq_global);
+    pkv_rope_inv_freq(&hp->rope_local, s->work.inv_freq_local);
+    for (int il = 0; il < hp->n_layer; il++) windows[il] = pkv_layer_is_full(model, il) ? 0 : hp->sliding_window;
+    int rc = pkv_kvcache_init(&s->cache, opts.cache_type, hp->n_layer, hp->n_head_kv, hp->head_dim_k,
+                              hp->head_dim_v, windows, err);
+    free(windows);
+    if (rc) {
+        pkv_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void pkv_session_free(pkv_session *s) {
+    if (!s) return;
+    pkv_kvcache_free(&s->cache);
+    pkv_pool_free(s->pool);
+    pkv_work *w = &s->work;
+    free(w->x);
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->att);
+    free(w->proj);
+    free(w->gate);
+    free(w->up);
+    free(w->act);
+    free(w->pos);
+    free(w->hidden);
+    free(w->logit_rows);
+    free(w->inv_freq_global);
+    free(w->inv_freq_local);
+    free(w->attn_scratch);
+    if (s->probes) {
+        for (int il = 0; il < s->model->hp.n_layer; il++) {
+            pkv_layer_probe *p = &s->probes[il];
+            free(p->q);
+            free(p->q_pos);
+            if (p->acc)
+                for (int h = 0; h < s->model->hp.n_head; h++) free(p->acc[h]);
+            free(p->acc);
+        }
+        free(s->probes);
+    }
+    pkv_arena_free(&s->arena);
+    free(s->logits);
+    free(s);
+}
+
+void pkv_session_reset(pkv_session *s) {
+    pkv_kvcache_clear(&s->cache);
+    s->n_pos = 0;
+    s->probes_ok = false;
+    s->broken = false;
+    atomic_store(&s->interrupted, 0);
+}
+
+void pkv_session_interrupt(pkv_session *s) { atomic_store(&s->interrupted, 1); }
+
+const pkv_model *pkv_session_model(const pkv_session *s) { return s->model; }
+
+int pkv_session_n_pos(const pkv_session *s) { return s->n_pos; }
+
+uint64_t pkv_session_cache_bytes(const pkv_session *s) { return pkv_kvcache_bytes(&s->cache); }
+
+const float *pkv_logits(const pkv_session *s) { return s->logits; }
+
+/* Checks that n more tokens fit in the context. */
+static int check_context(const pkv_session *s, int n, pkv_error *err) {
+    if (n <= 0) return pkv_fail(err, PKV_ERR_ARG, "no tokens to process");
+    if ((int64_t)s->n_pos + n > s->opts.n_ctx)
+        return pkv_fail(err, PKV_ERR_LIMIT,
+                        "%d tokens at position %d exceed the context length %d (set a larger one with -c; the "
+                        "model was trained with %d)",
+                        n, s->n_pos, s->opts.n_ctx, s->model->hp.n_ctx_train);
+    return 0;
+}
+
+/* Cache bytes now, and what the full cache would hold after n_pos tokens (in
+ * the session's cache type, positions included). */
+static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats *stats) {
+    stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
+    uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
+    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, s->cache.elem_bytes);
+    for (int il = 0; il < s->model->hp.n_layer; il++) {
+        int rows = n_pos;
+        if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window) rows = s->model->hp.sliding_window;
+        full += per_row_overhead * (uint64_t)rows;
+    }
+    stats->cache_bytes_full = full;
+}
+
+/* A press compresses the first prefill of a session, and every later one in
+ * recompress mode; otherwise later turns are appended uncompressed, as the
+ * official SnapKV code does (algorithms.md D.5). */
+static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
+    if (!press || !press->ops) return false;
+    return s->n_pos == 0 || press->mode == PKV_MODE_RECOMPRESS;
+}
+
+int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
+                pkv_error *err) {
+    pkv_error_clear(err);
+    if (check_context(s, n, err)) return -1;
+    if (press && pkv_press_cfg_check(press, err)) return -1;
+    double t0 = now_seconds();
+    int pos0 = s->n_pos;
+    pkv_forward_stats fs;
+    pkv_probe_cfg keep = {.window = s->opts.keep_press_window, .attn_sums = s->opts.keep_attn_sums};
+    if (pkv_forward(s, tokens, n, press_applies(s, press) ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->n_prompt = n;
+        stats->prefill_seconds = now_seconds() - t0;
+        stats->press_seconds = fs.press_seconds;
+        stats->compressed = fs.compressed;
+        fill_cache_stats(s, pos0 + n, stats);
+    }
+    return 0;
+}
+
+int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press, pkv_prefill_stats *stats,
+                     pkv_error *err) {
+    pkv_error_clear(err);
+    if (dst == src) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs two different sessions");
+    if (dst->model != src->model) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs sessions of the same model");
+    if (press && press->ops) {
+        if (pkv_press_cfg_check(press, err)) return -1;
+        if (!src->probes_ok)
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "the source session's last call was not a prefill without a press that kept its window "
+                            "queries (set keep_press_window)");
+        if (press->ops->needs_attn_sum && !src->opts.keep_attn_sums)
+            return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_attn_sums in the source session", press->ops->name);
+    }
+    if (src->broken) return pkv_fail(err, PKV_ERR_ARG, "the source session stopped midway in its last call");
+    double t0 = now_seconds();
+    dst->broken = true;
+    if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
+    dst->n_pos = src->n_pos;
+    memcpy(dst->logits, src->logits, (size_t)src->model->hp.n_vocab * sizeof(float));
+    dst->probes_ok = false;
+    pkv_forward_stats fs = {0};
+    if (press && press->ops) {
+        for (int il = 0; il < src->model->hp.n_layer; il++) {
+            if (!pkv_layer_is_full(src->model, il)) continue;
+            if (src->probes[il].window < press->window && src->probes[il].window < src->probes[il].n_new)
+                return pkv_fail(err, PKV_ERR_ARG, "the source kept %d window queries; press window %d needs more",
+                                src->probes[il].window, press->window);
+            if (pkv_press_layer(dst, &src->probes[il], press, il, &fs, err)) return -1;
+        }
+    }
+    dst->broken = false;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->prefill_seconds = now_seconds() - t0;
+        stats->press_seconds = fs.press_seconds;
+        stats->compressed = fs.compressed;
+        fill_cache_stats(dst, dst->n_pos, stats);
+    }
+    return 0;
+}
+
+int pkv_session_n_layers(const pkv_session *s) { return s->cache.n_layers; }
+
+bool pkv_session_layer_is_full(const pkv_session *s, int layer) {
+    return layer >= 0 && layer < s->cache.n_layers && pkv_layer_is_full(s->model, layer);
+}
+
+int pkv_session_n_heads(const pkv_session *s, int layer) {
+    return layer >= 0 && layer < s->cache.n_layers ? s->cache.layers[layer].n_heads : 0;
+}
+
+int pkv_session_head_rows(const pkv_session *s, int layer, int head) {
+    if (head < 0 || head >= pkv_session_n_heads(s, layer)) return 0;
+    return s->cache.layers[layer].heads[head].n_rows;
+}
+
+int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *out, int max) {
+    int n = pkv_session_head_rows(s, layer, head);
+    const int32_t *pos = n ? s->cache.layers[layer].heads[head].pos : NULL;
+    for (int i = 0; i < n && i < max; i++) out[i] = pos[i];
+    return n;
+}
+
+int pkv_decode(pkv_session *s, int32_t token, pkv_error *err) {
+    pkv_error_clear(err);
+    if (check_context(s, 1, err)) return -1;
+    s->probes_ok = false;
+    return pkv_forward(s, &token, 1, NULL, NULL, NULL, NULL, NULL, err);
+}
+
+typedef struct {
+    pkv_logits_fn fn;
+    void *user;
+} eval_ctx;
+
+static void eval_row(void *user, int index, const float *logits) {
+    eval_ctx *e = user;
+    e->fn(e->user, index, logits);
+}
+
+int pkv_eval(pkv_session *s, const int32_t *tokens, int n, pkv_logits_fn fn, void *user, pkv_error *err) {
+    pkv_error_clear(err);
+    if (!fn) return pkv_fail(err, PKV_ERR_ARG, "pkv_eval needs a logits callback");
+    if (check_context(s, n, err)) return -1;
+    eval_ctx e = {fn, user};
+    return pkv_forward(s, tokens, n, NULL, NULL, eval_row, &e, NULL, err);
+}
+
+/* ---------------------------------------------------------------- tokenizer wrappers */
+
+int pkv_tokenize(const pkv_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                 int32_t *tokens, int max_tokens, pkv_error *err) {
+    return pkv_tokenizer_encode(m->tok, text, len, add_special, parse_special, tokens, max_tokens, err);
+}
+
+int pkv_token_to_piece(const pkv_model *m, int32_t token, bool render_special, char *buf, int buf_len) {
+    return pkv_tokenizer_piece(m->tok, token, render_special, buf, buf_len);
+}
+
+int32_t pkv_token_bos(const pkv_model *m) { return pkv_tokenizer_bos(m->tok); }
+int32_t pkv_token_eos(const pkv_model *m) { return pkv_tokenizer_eos(m->tok); }
+bool pkv_token_is_eog(const pkv_model *m, int32_t token) { return pkv_tokenizer_is_eog(m->tok, token); }
+int pkv_n_vocab(const pkv_model *m) { return m->hp.n_vocab; }
+
+int pkv_chat_format(const pkv_model *m, const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
+                    int *system_end, pkv_error *err) {
+    if (m->chat == PKV_CHAT_NONE)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "model '%s' (%s) has no known chat format", m->name, m->arch_name);
+    return pkv_chat_render(m->chat, m->tok, m->has_chat_system ? m->chat_system : NULL, messages, n_messages, buf,
+                           buf_len, system_end, err);
+}
+
+bool pkv_model_has_chat_template(const pkv_model *m) { return m->has_chat_template; }

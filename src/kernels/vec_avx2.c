@@ -1,0 +1,242 @@
+/*
+ * AVX2 + FMA + F16C float kernels (vec.c is the reference): f32/f16 dot
+ * products and axpy, f16 conversion, exp and the gated activations, and the
+ * attention blocks. Reached only through the AVX2/AVX-512 kernel tables (cpu.c).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu.h"
+#include "kernels/f16.h"
+#include "kernels/simd_x86.h"
+
+/* ------------------------------------------------------------------ float helpers */
+
+float pkv_dot_f32_avx2(int64_t n, const float *a, const float *b) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+void pkv_axpy_f32_avx2(int64_t n, float alpha, const float *x, float *y) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += alpha * x[i];
+}
+
+static inline __m256 load_f16x8(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+float pkv_dot_f16_f32_avx2(int64_t n, const uint16_t *a, const float *b) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(load_f16x8(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+    for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16x8(a + i), _mm256_loadu_ps(b + i), acc[0]);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for (; i < n; i++) sum += half(a[i]) * b[i];
+    return sum;
+}
+
+void pkv_axpy_f16_avx2(int64_t n, float alpha, const uint16_t *x, float *y) {
+    const __m256 va = _mm256_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16x8(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += alpha * half(x[i]);
+}
+
+void pkv_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = pkv_f32_to_f16(src[i]);
+}
+
+void pkv_f16_to_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(src + i));
+    for (; i < n; i++) dst[i] = pkv_f16_to_f32(src[i]);
+}
+
+/* ------------------------------------------------------------------ exp and gated activations */
+
+/* quant.c exp_ref, 8 lanes, the same operations in the same order. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.72283f));
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic), magic);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void pkv_exp_f32_avx2(int64_t n, const float *x, float *y) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) pkv_exp_f32_ref(n - i, x + i, y + i);
+}
+
+void pkv_gelu_tanh_mul_avx2(int64_t n, float *gate, const float *up) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
+        const __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_add_ps(x, x3));
+        const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u)));
+        _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(x, _mm256_loadu_ps(up + i)), den));
+    }
+    if (i < n) pkv_gelu_tanh_mul_ref(n - i, gate + i, up + i);
+}
+
+void pkv_silu_mul_avx2(int64_t n, float *gate, const float *up) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(gate + i);
+        const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f))));
+        _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(x, _mm256_loadu_ps(up + i)), den));
+    }
+    if (i < n) pkv_silu_mul_ref(n - i, gate + i, up + i);
+}
+
+/* ------------------------------------------------------------------ attention blocks */
+
+static inline __m256 load8_any(const void *base, size_t idx, int elem_bytes) {
+    return elem_bytes == 2 ? load_f16x8((const uint16_t *)base + idx) : _mm256_loadu_ps((const float *)base + idx);
+}
+
+void pkv_att_stage_avx2(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt) {
+    const int d8 = dk & ~7;
+    for (int j0 = 0; j0 < PKV_ATT_BK; j0 += 8) {
+        for (int d0 = 0; d0 < d8; d0 += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = j0 + i < n ? load8_any(k, (size_t)(j0 + i) * dk + d0, elem_bytes) : _mm256_setzero_ps();
+            transpose8x8_ps(r);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (d0 + i) * PKV_ATT_BK + j0, r[i]);
+        }
+    }
+    for (int d = d8; d < dk; d++)
+        for (int j = 0; j < PKV_ATT_BK; j++)
+            kt[d * PKV_ATT_BK + j] = j < n ? (elem_bytes == 2 ? half(((const uint16_t *)k)[(size_t)j * dk + d])
+                                                                : ((const float *)k)[(size_t)j * dk + d])
+                                           : 0.0f;
+    for (int j = 0; j < PKV_ATT_BK; j++) {
+        float *dst = vt + (size_t)j * dv;
+        if (j >= n) memset(dst, 0, (size_t)dv * sizeof(float));
+        else if (elem_bytes == 2) pkv_f16_to_f32_avx2((const uint16_t *)v + (size_t)j * dv, dst, dv);
+        else memcpy(dst, (const float *)v + (size_t)j * dv, (size_t)dv * sizeof(float));
+    }
+}
+
+void pkv_att_scores_avx2(int nq, int dk, const float *q, const float *kt, float *s) {
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        __m256 acc[4][2];
+        for (int a = 0; a < 4; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+        const float *qi = q + (size_t)i * dk;
+        for (int d = 0; d < dk; d++) {
+            const __m256 k0 = _mm256_loadu_ps(kt + d * PKV_ATT_BK), k1 = _mm256_loadu_ps(kt + d * PKV_ATT_BK + 8);
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) {
+                const __m256 b = _mm256_broadcast_ss(qi + (size_t)a * dk + d);
+                acc[a][0] = _mm256_fmadd_ps(b, k0, acc[a][0]);
+                acc[a][1] = _mm256_fmadd_ps(b, k1, acc[a][1]);
+            }
+        }
+        for (int a = 0; a < 4; a++) {
+            _mm256_storeu_ps(s + (i + a) * PKV_ATT_BK, acc[a][0]);
+            _mm256_storeu_ps(s + (i + a) * PKV_ATT_BK + 8, acc[a][1]);
+        }
+    }
+    for (; i < nq; i++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        for (int d = 0; d < dk; d++) {
+            const __m256 b = _mm256_broadcast_ss(q + (size_t)i * dk + d);
+            a0 = _mm256_fmadd_ps(b, _mm256_loadu_ps(kt + d * PKV_ATT_BK), a0);
+            a1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(kt + d * PKV_ATT_BK + 8), a1);
+        }
+        _mm256_storeu_ps(s + i * PKV_ATT_BK, a0);
+        _mm256_storeu_ps(s + i * PKV_ATT_BK + 8, a1);
+    }
+}
+
+/* Columns [e0, dv) of queries [i0, i1), element by element. */
+static void accum_cols(int i0, int i1, int e0, int dv, const float *p, const float *alpha, const float *vt, float *o) {
+    for (int i = i0; i < i1; i++)
+        for (int e = e0; e < dv; e++) {
+            float x = o[(size_t)i * dv + e] * alpha[i];
+            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
+            o[(size_t)i * dv + e] = x;
+        }
+}
+
+/* Two queries x 32 value dimensions per pass: the 4 value loads of each key
+ * serve both queries. */
+void pkv_att_accum_avx2(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
+    const int e32 = dv & ~31;
+    int i = 0;
+    for (; i + 2 <= nq; i += 2) {
+        const __m256 a0 = _mm256_set1_ps(alpha[i]), a1 = _mm256_set1_ps(alpha[i + 1]);
+        float *o0 = o + (size_t)i * dv, *o1 = o0 + dv;
+        for (int e = 0; e < e32; e += 32) {
+            __m256 x0[4], x1[4];
+            for (int c = 0; c < 4; c++) {
+                x0[c] = _mm256_mul_ps(_mm256_loadu_ps(o0 + e + 8 * c), a0);
+                x1[c] = _mm256_mul_ps(_mm256_loadu_ps(o1 + e + 8 * c), a1);
+            }
+            for (int j = 0; j < PKV_ATT_BK; j++) {
+                const __m256 p0 = _mm256_broadcast_ss(p + i * PKV_ATT_BK + j);
+                const __m256 p1 = _mm256_broadcast_ss(p + (i + 1) * PKV_ATT_BK + j);
+                const float *vj = vt + (size_t)j * dv + e;
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256 vv = _mm256_loadu_ps(vj + 8 * c);
+                    x0[c] = _mm256_fmadd_ps(p0, vv, x0[c]);
+                    x1[c] = _mm256_fmadd_ps(p1, vv, x1[c]);
+                }
+            }
+            for (int c = 0; c < 4; c++) {
+                _mm256_storeu_ps(o0 + e + 8 * c, x0[c]);
+                _mm256_storeu_ps(o1 + e + 8 * c, x1[c]);
+            }
+        }
+        accum_cols(i, i + 2, e32, dv, p, alpha, vt, o);
+    }
+    for (; i < nq; i++) {
+        const __m256 a0 = _mm256_set1_ps(alpha[i]);
+        float *o0 = o + (size_t)i * dv;
+        for (int e = 0; e < e32; e += 32) {
+            __m256 x0[4];
+            for (int c = 0; c < 4; c++) x0[c] = _mm256_mul_ps(_mm256_loadu_ps(o0 + e + 8 * c), a0);
+            for (int j = 0; j < PKV_ATT_BK; j++) {
+                const __m256 p0 = _mm256_broadcast_ss(p + i * PKV_ATT_BK + j);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) x0[c] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(vt + (size_t)j * dv + e + 8 * c), x0[c]);
+            }
+            for (int c = 0; c < 4; c++) _mm256_storeu_ps(o0 + e + 8 * c, x0[c]);
+        }
+        accum_cols(i, i + 1, e32, dv, p, alpha, vt, o);
+    }
+}

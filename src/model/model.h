@@ -1,0 +1,94 @@
+/*
+ * Models as data: hyper-parameters and weights of each architecture, read
+ * from GGUF metadata (engine-notes.md §1.5, §1.6, §3). The forward pass that
+ * runs them is in forward.c.
+ */
+#ifndef PKV_MODEL_H
+#define PKV_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "format/gguf.h"
+#include "kernels/ops.h"
+#include "promptkv.h"
+#include "kernels/tensor.h"
+#include "text/tokenizer.h"
+
+typedef enum { PKV_ACT_SILU, PKV_ACT_GELU_TANH } pkv_activation;
+
+/* What distinguishes one architecture from another. A new architecture is
+ * one entry of this table (arch.c) plus, at most, a small function. */
+typedef struct {
+    const char *name;          /* general.architecture */
+    pkv_rope_mode rope_mode;
+    pkv_activation act;
+    bool qkv_bias;             /* qwen2: attn_q/k/v.bias */
+    bool qk_norm;              /* gemma3: attn_q_norm / attn_k_norm per head */
+    bool post_norms;           /* gemma3: post_attention_norm, post_ffw_norm */
+    bool embd_scale_sqrt;      /* gemma: x = embd * sqrt(n_embd) */
+    bool swa_pattern_6;        /* gemma3: layer il is sliding iff il % 6 < 5 */
+    float swa_rope_base;       /* gemma3 local layers: 10000 (hard-coded upstream) */
+} pkv_arch;
+
+const pkv_arch *pkv_arch_find(const char *name, size_t len);
+
+typedef struct {
+    int n_vocab;
+    int n_ctx_train;
+    int n_embd;
+    int n_layer;
+    int n_ff;
+    int n_head;
+    int n_head_kv;
+    int head_dim_k;
+    int head_dim_v;
+    float rms_eps;
+    float attn_scale;          /* softmax scale on q.k */
+    float embd_scale;          /* 1, or sqrt(n_embd) */
+    pkv_rope_params rope_global;
+    pkv_rope_params rope_local; /* sliding-window layers */
+    int sliding_window;        /* 0: none */
+    bool *layer_swa;           /* n_layer flags */
+    float final_logit_softcap; /* 0: off */
+    float attn_logit_softcap;  /* 0: off */
+} pkv_hparams;
+
+typedef struct {
+    pkv_tensor attn_norm;
+    pkv_tensor wq, wk, wv, wo;
+    pkv_tensor bq, bk, bv;           /* optional */
+    pkv_tensor q_norm, k_norm;       /* optional */
+    pkv_tensor post_attn_norm;       /* optional */
+    pkv_tensor ffn_norm;
+    pkv_tensor w_gate, w_up, w_down;
+    pkv_tensor post_ffn_norm;        /* optional */
+} pkv_layer_weights;
+
+struct pkv_model {
+    gguf_file file;
+    const pkv_arch *arch;
+    char arch_name[32];
+    char name[128];
+    pkv_hparams hp;
+    pkv_tensor tok_embd;
+    pkv_tensor output_norm;
+    pkv_tensor output;               /* tok_embd when tied */
+    pkv_tensor rope_freqs;           /* optional */
+    pkv_layer_weights *layers;
+    pkv_tokenizer *tok;
+    pkv_chat_family chat;
+    bool has_chat_template;     /* tokenizer.chat_template is present */
+    bool has_chat_system;       /* chat_system holds the template's default system prompt */
+    char chat_system[256];
+    const pkv_kernels *kern;
+    uint64_t n_params;
+    uint64_t weight_bytes;
+};
+
+/* True for a layer that attends to all previous tokens (and so is pressed). */
+static inline bool pkv_layer_is_full(const pkv_model *m, int layer) {
+    return !(m->hp.layer_swa && m->hp.layer_swa[layer]);
+}
+
+#endif

@@ -1,0 +1,188 @@
+/* The press framework: budgets (press/budget.c), forced rows, the shared top-k. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "press/press.h"
+
+/* out[j] += softmax(logits)[j] over the visible rows, fp32 exp, double sum (A.4 S3-S4) */
+static void softmax_accumulate(float *logits, int visible, float *out) {
+    float mx = -INFINITY;
+    for (int j = 0; j < visible; j++)
+        if (logits[j] > mx) mx = logits[j];
+    double sum = 0.0;
+    for (int j = 0; j < visible; j++) {
+        logits[j] = expf(logits[j] - mx);
+        sum += logits[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < visible; j++) out[j] += logits[j] * inv;
+}
+
+/* rows visible to the window query r (rows are in ascending position: a prefix) */
+static int visible_rows(const int32_t *pos, int n, int32_t query_pos) {
+    int visible = n;
+    while (visible > 0 && pos[visible - 1] > query_pos) visible--;
+    return visible;
+}
+
+enum { QUERY_BLOCK = 8, KEY_TILE = 64 };
+
+void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out) {
+    int g = h / (in->n_head / in->n_head_kv);
+    int n = in->n_rows[g], dim = in->head_dim_k;
+    const float *keys = in->keys[g];
+    const int32_t *pos = in->pos[g];
+    const pkv_kernels *k = in->comp->kern;
+    /* A block of queries walks the keys tile by tile, so long prompts read
+     * their keys from memory once per block instead of once per query. The
+     * logits are the same dot products either way: the result is identical. */
+    float *z = in->window - first_query > 1 ? pkv_arena_alloc(in->arena, (size_t)QUERY_BLOCK * n * sizeof(float) + 4)
+                                            : NULL;
+    int block = z ? QUERY_BLOCK : 1;
+    if (!z) z = scratch;
+    for (int r0 = first_query; r0 < in->window; r0 += block) {
+        int r1 = r0 + block < in->window ? r0 + block : in->window;
+        int visible[QUERY_BLOCK], most = 0;
+        for (int r = r0; r < r1; r++) {
+            visible[r - r0] = visible_rows(pos, n, in->q_pos[r]);
+            if (visible[r - r0] > most) most = visible[r - r0];
+        }
+        for (int j0 = 0; j0 < most; j0 += KEY_TILE) {
+            int j1 = j0 + KEY_TILE < most ? j0 + KEY_TILE : most;
+            for (int r = r0; r < r1; r++) {
+                const float *q = in->q_window + ((size_t)h * in->window + r) * dim;
+                float *zr = z + (size_t)(r - r0) * n;
+                int end = j1 < visible[r - r0] ? j1 : visible[r - r0];
+                for (int j = j0; j < end; j++) zr[j] = k->dot_f32(dim, q, keys + (size_t)j * dim) * in->attn_scale;
+            }
+        }
+        for (int r = r0; r < r1; r++) softmax_accumulate(z + (size_t)(r - r0) * n, visible[r - r0], out);
+    }
+}
+
+/* ---------------------------------------------------------------- top-k */
+
+typedef struct {
+    float score;
+    int32_t row;
+} ranked;
+
+/* score descending, ties to the lower row (= lower position); NaN ranks last */
+static int cmp_ranked(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
+    if (sx != sy) return sx > sy ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    for (int s = 0; s < sel->n_sel; s++) {
+        int g = pkv_sel_kv_head(in, sel, s);
+        int n = in->n_rows[g];
+        const bool *forced = sel->forced[s];
+        int n_forced = 0;
+        for (int j = 0; j < n; j++) n_forced += forced[j];
+        int want = sel->budget[s] - n_forced;
+        ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
+        bool *take = pkv_arena_alloc(in->arena, (size_t)n + 1);
+        int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
+        if (!cand || !take || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
+        int n_cand = 0;
+        for (int j = 0; j < n; j++)
+            if (!forced[j]) cand[n_cand++] = (ranked){sel->scores[s][j], j};
+        if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked);
+        if (want > n_cand) want = n_cand;
+        for (int i = 0; i < want; i++) take[cand[i].row] = true;
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (forced[j] || take[j]) keep[m++] = j;
+        sel->keep[s] = keep;
+        sel->n_keep[s] = m;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- run */
+
+static bool in_protected(const pkv_press_cfg *cfg, int32_t pos) {
+    for (int i = 0; i < cfg->n_protect; i++)
+        if (pos >= cfg->protect[i].begin && pos < cfg->protect[i].end) return true;
+    return false;
+}
+
+/* The layer schedule runs over the pressed layers when the caller says which
+ * they are (full-attention layers only, D.6). */
+static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int n_rows) {
+    if (in->n_press_layers > 0) return pkv_press_layer_budget(cfg, in->press_layer, in->n_press_layers, n_rows);
+    return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
+}
+
+static bool watched(const pkv_press_watch *w, int layer) {
+    return w->fn && (w->layer < 0 || w->layer == layer);
+}
+
+int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pkv_press_selection *sel,
+                  pkv_error *err) {
+    const pkv_press_ops *ops = cfg->ops;
+    pkv_press_input in_copy = *in_caller;
+    if (ops->reports_clusters && watched(&cfg->watch, in_copy.layer)) in_copy.watch = &cfg->watch;
+    const pkv_press_input *in = &in_copy;
+    memset(sel, 0, sizeof *sel);
+    sel->per_query_head = ops->per_query_head && ops->per_query_head(cfg->params);
+    sel->n_sel = sel->per_query_head ? in->n_head : in->n_head_kv;
+    int ns = sel->n_sel;
+    sel->budget = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->budget);
+    sel->scores = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->scores);
+    sel->forced = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->forced);
+    sel->keep = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->keep);
+    sel->n_keep = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *sel->n_keep);
+    if (!sel->budget || !sel->scores || !sel->forced || !sel->keep || !sel->n_keep)
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
+
+    bool any_compress = false;
+    for (int s = 0; s < ns; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        sel->budget[s] = layer_budget(cfg, in, n);
+        if (sel->budget[s] < n) any_compress = true;
+    }
+    /* S0 gate (A.4): a head whose rows fit the budget keeps them all */
+    if (!any_compress) {
+        for (int s = 0; s < ns; s++) {
+            int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+            int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
+            if (!keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
+            for (int j = 0; j < n; j++) keep[j] = j;
+            sel->keep[s] = keep;
+            sel->n_keep[s] = n;
+        }
+        return 0;
+    }
+
+    int forced_window = ops->forced_window ? ops->forced_window(cfg->params, cfg->window) : 0;
+    /* a schedule may leave a layer nothing but its window (PyramidKV's min can be 0) */
+    bool scheduled = cfg->layer_budget != PKV_LAYER_BUDGET_UNIFORM || cfg->head_budget != PKV_HEAD_BUDGET_UNIFORM;
+    for (int s = 0; s < ns; s++) {
+        int g = pkv_sel_kv_head(in, sel, s);
+        int n = in->n_rows[g];
+        if (sel->budget[s] < n && (scheduled ? sel->budget[s] < forced_window : sel->budget[s] <= forced_window))
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
+                            "lower the ratio",
+                            in->layer, sel->budget[s], forced_window);
+        sel->scores[s] = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
+        sel->forced[s] = pkv_arena_alloc(in->arena, (size_t)n + 1);
+        if (!sel->scores[s] || !sel->forced[s])
+            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
+        for (int j = 0; j < n; j++)
+            sel->forced[s][j] = j >= n - forced_window || in_protected(cfg, in->pos[g][j]);
+        /* a head whose rows fit keeps them all: force everything */
+        if (sel->budget[s] >= n) memset(sel->forced[s], 1, (size_t)n);
+    }
+    if (ops->score(cfg->params, in, sel, err)) return -1;
+    if (cfg->head_budget == PKV_HEAD_BUDGET_ADAPTIVE && pkv_press_adaptive_budgets(cfg->adaptive_floor, in, sel, err))
+        return -1;
+    if (ops->select) return ops->select(cfg->params, in, sel, err);
+    return pkv_press_topk(in, sel, err);
+}

@@ -1,0 +1,189 @@
+/*
+ * The press interface (design.md "The press interface").
+ *
+ * A press is a small struct of parameters plus functions. Per full-attention
+ * layer, once the layer has seen the prompt, the framework (press/select.c)
+ * hands it the layer's observation-window queries, the rows of every KV head
+ * (post-RoPE keys, values, original positions) and a budget per head; the
+ * press scores rows, and the shared selection keeps the window, the protected
+ * spans and the best-scored rest. Presses that do not rank single rows (ProtoKV
+ * keeps whole clusters) provide their own select().
+ *
+ * Budget words (evaluation.md 0.3): budget C = rows kept per head per layer,
+ * window included; ratio r = fraction removed, keep floor(n_rows * (1 - r)).
+ */
+#ifndef PKV_PRESS_H
+#define PKV_PRESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "kernels/ops.h"
+#include "promptkv.h"
+
+/* What a press sees of one layer. Rows of a head are in ascending position
+ * order; the window is the newest `window` rows of every head. */
+/* A watcher of the clusters a grouping press (ProtoKV) forms: the press calls
+ * fn with its decisions for KV head `head` of layer `layer` (-1: every layer,
+ * every head). Set through pkv_press_cfg_watch_clusters; inspection only. */
+typedef struct {
+    int layer;
+    int head;
+    pkv_cluster_view_fn fn;
+    void *user;
+} pkv_press_watch;
+
+typedef struct {
+    int layer;
+    int n_layers;
+    /* Rank of this layer among the layers a press runs on (full-attention
+     * layers) and their number: the PyramidKV schedule runs over these. When
+     * n_press_layers is 0, layer and n_layers are used. */
+    int press_layer;
+    int n_press_layers;
+    int n_head;        /* query heads */
+    int n_head_kv;     /* KV heads; query head h reads KV head h / (n_head / n_head_kv) */
+    int head_dim_k;
+    int head_dim_v;
+    float attn_scale;  /* the model's softmax scale on q.k */
+
+    int window;              /* observation window rows (<= every head's n_rows) */
+    const float *q_window;   /* [n_head][window][head_dim_k] post-RoPE, oldest first */
+    const int32_t *q_pos;    /* [window] positions of the window queries */
+
+    const int *n_rows;               /* [n_head_kv] */
+    const float *const *keys;        /* [n_head_kv] -> [n_rows][head_dim_k] */
+    const float *const *values;      /* [n_head_kv] -> [n_rows][head_dim_v], NULL unless the press asks */
+    const int32_t *const *pos;       /* [n_head_kv] -> [n_rows] original positions */
+    /* Attention accumulated over every query of the prefill, per query head and
+     * row, and the number of queries that could see each row; NULL unless the
+     * press asks (H2O). */
+    const float *const *attn_sum;    /* [n_head] -> [n_rows of its KV head] */
+    const int32_t *const *attn_count;/* [n_head_kv] -> [n_rows] */
+
+    const pkv_compute *comp;  /* kernels and threads the press may use */
+    pkv_arena *arena;         /* scratch for this layer; reset by the framework */
+    uint64_t seed;            /* per-press seed mixed with layer and head */
+    const pkv_press_watch *watch; /* NULL unless a caller watches clusters (set by pkv_press_run) */
+} pkv_press_input;
+
+typedef struct pkv_press_ops pkv_press_ops;
+
+/* One selection per "selection head": KV heads, or query heads when the press
+ * selects per query head (SnapKV granularity query_head). */
+typedef struct {
+    int n_sel;         /* selection heads */
+    bool per_query_head;
+    int *budget;       /* [n_sel] rows to keep (window and protected rows included) */
+    float **scores;    /* [n_sel] -> [n_rows of its KV head]; higher = keep */
+    bool **forced;     /* [n_sel] -> rows that must be kept (window, protected spans) */
+    int32_t **keep;    /* [n_sel] -> kept row indices, ascending (output) */
+    int *n_keep;       /* [n_sel] (output) */
+    void *state;       /* what a press's score() leaves for its select() (arena memory) */
+} pkv_press_selection;
+
+/* Options of a press: parsed from "key=value" strings so the CLI, the
+ * evaluation and the server share one vocabulary. */
+typedef struct {
+    const char *key;
+    const char *help;
+} pkv_press_option;
+
+struct pkv_press_ops {
+    const char *name;
+    const char *summary;
+    const pkv_press_option *options; /* press-specific options, NULL-terminated by key */
+    size_t params_size;              /* bytes of the press's parameter struct */
+    void (*defaults)(void *params);
+    int (*set_option)(void *params, const char *key, const char *value, pkv_error *err);
+    /* Validates parameters against the common ones (window, budget). */
+    int (*check)(const void *params, int window, int budget, pkv_error *err);
+
+    /* What the framework must provide. */
+    bool needs_values;
+    bool needs_attn_sum;
+    /* The press groups rows into clusters and reports them to a watcher. */
+    bool reports_clusters;
+    /* Rows the press keeps unconditionally at the end of each head (the
+     * observation window), given the configured window. */
+    int (*forced_window)(const void *params, int window);
+    /* Selection per query head instead of per KV head. */
+    bool (*per_query_head)(const void *params);
+
+    /* Scores every row of every selection head into sel->scores. */
+    int (*score)(const void *params, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
+    /* Optional: replaces the framework's top-k (after scoring). */
+    int (*select)(const void *params, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
+};
+
+/* The registry (press/registry.c). */
+const pkv_press_ops *pkv_press_find(const char *name);
+int pkv_press_registry_count(void);
+const pkv_press_ops *pkv_press_registry_get(int i);
+
+/* ---------------------------------------------------------------- configuration */
+
+typedef enum {
+    PKV_MODE_QUERY_AWARE = 0, /* compress after the whole prompt, question included */
+    PKV_MODE_QUERY_AGNOSTIC,  /* the caller compresses the context, then feeds the question */
+    PKV_MODE_RECOMPRESS       /* every prefill (each user turn) compresses the whole cache again */
+} pkv_press_mode;
+
+typedef enum { PKV_LAYER_BUDGET_UNIFORM = 0, PKV_LAYER_BUDGET_PYRAMID } pkv_layer_budget;
+typedef enum { PKV_HEAD_BUDGET_UNIFORM = 0, PKV_HEAD_BUDGET_ADAPTIVE } pkv_head_budget;
+
+struct pkv_press_cfg {
+    const pkv_press_ops *ops; /* NULL: none (full cache) */
+    void *params;
+    int budget;               /* rows per head per layer, window included; 0 if ratio is used */
+    double ratio;             /* fraction removed; used when budget == 0 */
+    int window;               /* observation window */
+    pkv_press_mode mode;
+    pkv_layer_budget layer_budget;
+    double pyramid_beta;
+    pkv_head_budget head_budget;
+    double adaptive_floor;    /* AdaKV alpha: share of each head's budget that is guaranteed */
+    uint64_t seed;
+    pkv_span *protect;
+    int n_protect;
+    pkv_press_watch watch;    /* fn == NULL: nobody watches */
+};
+
+/* ---------------------------------------------------------------- framework */
+
+/* Runs cfg's press on one layer: fills sel (allocated from in->arena) with the
+ * rows to keep per selection head. */
+int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
+
+/* Rows to keep for a head of n_rows rows (window included) at press layer
+ * `layer` of `n_layers` (budget or ratio, then the layer schedule, algorithms.md
+ * A.13); >= n_rows means keep everything. press/budget.c. */
+int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows);
+
+/* AdaKV (A.13): shares the layer's free slots (budget minus forced rows, summed
+ * over the selection heads) among the heads by their scores of the rows not
+ * forced, with a guaranteed floor of alpha; rewrites sel->budget. Needs
+ * sel->scores, sel->forced and sel->budget. press/budget.c. */
+int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
+
+/* The shared top-k: for each selection head, keep the forced rows and the
+ * best-scored others (score descending, ties to the lower position) up to the
+ * budget; output ascending. */
+int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
+
+/* KV head of a selection head. */
+static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_selection *sel, int s) {
+    return sel->per_query_head ? s / (in->n_head / in->n_head_kv) : s;
+}
+
+/* ---------------------------------------------------------------- helpers for presses */
+
+/* Adds, for query head h, the softmax attention of window queries
+ * [first_query, window) over the rows of its KV head (causal inside the
+ * window, fp32, softmax over all visible rows) into out[n_rows]: SnapKV's vote
+ * before restricting to the prefix (A.4 S1-S4). scratch holds n_rows floats. */
+void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out);
+
+
+#endif
