@@ -344,7 +344,11 @@ static int generate(pkv_session *s, const pkv_model *m, const int32_t *rest, int
     }
     int k = 0;
     while (k < n) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s));
+        int32_t tok = pkv_sample(sampler, pkv_logits(s), err);
+        if (tok < 0) {
+            pkv_sampler_free(sampler);
+            return -1;
+        }
         if (pkv_token_is_eog(m, tok)) break;
         (*out)[k++] = tok;
         if (k < n && pkv_decode(s, tok, err)) {
