@@ -188,6 +188,17 @@ expect synth_unknown_shape 2 "unknown shape 'llama-9b'" -- "$bin" synth llama-9b
 expect synth_bad_type 2 '--type must be one of' -- "$bin" synth llama-3.2-1b --type q3_z -o "$tmp/x.gguf"
 expect synth_no_output 2 'need a SHAPE and -o FILE' -- "$bin" synth llama-3.2-1b
 expect synth_unwritable 1 'cannot create' -- "$bin" synth qwen2.5-0.5b --type f32 -o "$tmp/no/such/dir/x.gguf"
+# the demo of make run, on tiny models (its table, whatever they answer): an instruct layout with every layer
+# pressed, and a base-model layout on a model with sliding-window layers
+demo() {
+    local model=$1
+    shift
+    env THREADS=2 PARAGRAPHS=4 BUDGET=48 "$@" tools/demo.sh "$bin" "$model"
+}
+expect_out demo_every_layer '^streamingllm \(baseline\) .* [0-9.]+ MiB +[0-9.]+ MiB \([0-9.]+x\) +[0-9.]+ ms' -- \
+    demo tests/fixtures/models/tiny-qwen2-f32.gguf
+expect_out demo_sliding_layers 'full attention \(pressed\): 1 of 6; the other 5 are' -- \
+    demo tests/fixtures/models/tiny-gemma3-f32.gguf CHAT=off
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
