@@ -2,6 +2,8 @@
 #   make            library + CLI (build/promptkv, build/libpromptkv.a) + build/bench-press (press timings)
 #   make run        build, install the default model, run the demo
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
+#   make test-qwen1.5b  the Qwen2.5-Coder-1.5B-Instruct checks against llama.cpp (perplexity, tokenizer;
+#                   installs the 1.1 GB model; not part of make test)
 #   make model      install a model into models/ (NAME=qwen2.5-coder-0.5b-instruct, the default;
 #                   qwen2.5-coder-1.5b-instruct; gemma-3-270m): tools/install-model.sh --list
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
@@ -85,7 +87,7 @@ $(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
+.PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
 all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/protokv-diagnose
 deps:
 	@tools/install-deps.sh
@@ -118,6 +120,9 @@ test: all tests $(DEFAULT_MODEL) $(GEMMA_MODEL)
 	@tools/install-deps.sh --test
 	$(MAKE) MPI=1 BUILD=$(BUILD)/mpi $(BUILD)/mpi/promptkv
 	BUILD=$(BUILD) tests/run-all.sh
+
+test-qwen1.5b: $(BUILD)/test_runner $(QWEN15_MODEL)
+	$(BUILD)/test_runner manual_qwen15_
 
 bench: all $(GEMMA_MODEL)
 	tools/bench-docs.sh

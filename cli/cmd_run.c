@@ -392,6 +392,8 @@ int cmd_run(int argc, char **argv) {
                 mib(ps.cache_bytes_full), mib(ps.cache_bytes),
                 ps.cache_bytes ? (double)ps.cache_bytes_full / ps.cache_bytes : 0.0);
         print_rows_per_layer(s, n_first);
+    } else {
+        fprintf(stderr, "kv cache:        %.2f MiB after the prompt (no press)\n", mib(ps.cache_bytes));
     }
     fprintf(stderr, "decode:          %d tokens, %.1f tok/s (%.2f ms/token)\n", n_gen,
             n_decoded > 0 ? n_decoded / t_decode : 0.0, n_decoded > 0 ? 1e3 * t_decode / n_decoded : 0.0);

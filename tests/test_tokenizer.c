@@ -1036,6 +1036,36 @@ TEST(real_tok_gemma3_vs_llamacpp) {
     unload_vocab(&v);
 }
 
+/* ---------------------------------------------------------------- real models (Qwen2.5-Coder Instruct) */
+
+/* llama.cpp's llama-tokenize output for qwen2.5-coder.inp (the qwen2
+ * pre-tokenizer's digits, contractions, scripts, white-space runs, emoji and
+ * code; written by tools/make-tokenizer-ref-llamacpp.sh). The 0.5B and 1.5B
+ * models share the vocabulary, so one reference serves both. */
+static void check_qwen_vocab(const char *path) {
+    loaded_vocab v;
+    REQUIRE_MSG(load_vocab(path, &v), "%s missing (make model NAME=...)", path);
+    CHECK_EQ_INT(pkv_tokenizer_kind(v.tok), PKV_TOK_BPE);
+    CHECK(!pkv_tokenizer_add_bos(v.tok));
+    CHECK(check_ids_fixture(v.tok, FIXTURE("tokenizer/qwen2.5-coder.ref")) >= 4 * 60);
+    /* end of generation as llama.cpp decides it (src/llama-vocab.cpp): the
+     * ChatML end of turn, <|endoftext|>, and the coder's FIM pad, repo-name and
+     * file-separator tokens */
+    const char *eog[] = {"<|im_end|>", "<|endoftext|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"};
+    for (size_t i = 0; i < sizeof eog / sizeof *eog; i++) {
+        int32_t id = pkv_tokenizer_find(v.tok, eog[i]);
+        CHECK_MSG(id >= 0 && pkv_tokenizer_is_eog(v.tok, id), "%s should end generation", eog[i]);
+    }
+    CHECK(!pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|im_start|>")));
+    CHECK(!pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|fim_prefix|>")));
+    unload_vocab(&v);
+}
+
+TEST(real_tok_qwen05_vs_llamacpp) { check_qwen_vocab("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"); }
+
+/* make test-qwen1.5b */
+TEST(manual_qwen15_tok_vs_llamacpp) { check_qwen_vocab("models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"); }
+
 TEST(real_tok_gemma3_chat_example) {
     loaded_vocab v;
     REQUIRE_MSG(load_vocab(GEMMA_PATH, &v), "%s missing (make model)", GEMMA_PATH);

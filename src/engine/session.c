@@ -136,16 +136,18 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
     return 0;
 }
 
-/* Cache bytes now, and what the full cache would hold after n_pos tokens (in
- * the session's cache type, positions included). */
+/* Cache bytes now, and what the cache would hold after n_pos tokens without
+ * compression (positions included): every row of a full-attention layer, and
+ * a sliding-window layer's rows as they are (no press touches them, and the
+ * cache drops rows that left the window lazily, so they can exceed it). */
 static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats *stats) {
-    stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
-    uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
-    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, s->cache.elem_bytes);
+    const pkv_kvcache *c = &s->cache;
+    stats->cache_bytes = pkv_kvcache_bytes(c);
+    uint64_t full = 0;
     for (int il = 0; il < s->model->hp.n_layer; il++) {
-        int rows = n_pos;
-        if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window) rows = s->model->hp.sliding_window;
-        full += per_row_overhead * (uint64_t)rows;
+        uint64_t rows = pkv_layer_is_full(s->model, il) ? (uint64_t)s->model->hp.n_head_kv * n_pos
+                                                        : (uint64_t)pkv_kvcache_layer_rows(c, il);
+        full += rows * pkv_kvcache_row_bytes(c, il);
     }
     stats->cache_bytes_full = full;
 }
