@@ -126,7 +126,7 @@ $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
 FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/kernels/,cpu.o quant_avx2.o quant_avx512.o vec_avx2.o vec_avx512.o)
+FUZZ_GCC_OBJS  = $(call objs,$(BUILD)/fuzz,src/kernels/cpu.c $(wildcard src/kernels/*_avx2.c src/kernels/*_avx512.c))
 $(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
 $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc

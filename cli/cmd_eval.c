@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef PKV_MPI
@@ -19,6 +18,7 @@
 #endif
 
 #include "args.h"
+#include "base/clock.h"
 #include "commands.h"
 #include "eval/json.h"
 #include "eval/report.h"
@@ -77,12 +77,6 @@ static void on_signal(int sig) {
     (void)sig;
     g_stop = 1;
     if (g_runner) pkv_eval_runner_interrupt(g_runner);
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 enum { MAX_LIST = 64, MAX_CONFIGS = 512 };
@@ -675,7 +669,7 @@ static void on_progress(void *user, const pkv_eval_progress *p) {
         snprintf(what, sizeof what, "%s L=%d s%d %s", p->unit->task->name, p->unit->length, p->unit->sample,
                  pkv_eval_mode_name(p->mode));
     if (ps->tty && ps->rank == 0) {
-        double now = now_seconds();
+        double now = pkv_now_seconds();
         if (p->last && now - ps->last_draw < 0.2 && p->done < p->total) return;
         ps->last_draw = now;
         char bar[31];
@@ -913,7 +907,7 @@ int cmd_eval(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     if (status == 0 && pkv_eval_sweep(&plan, &so, &err)) {
         status = err.code == PKV_ERR_INTERRUPTED ? 2 : 1;
         if (ps.tty && rk.rank == 0) fputc('\n', stderr);
@@ -928,7 +922,7 @@ int cmd_eval(int argc, char **argv) {
         if (finish_dir(&a, &plan, rk.size) == 0 && file_nonempty(results)) {
             char *cmdline = recorded_field(a.out_dir, "command");
             if (report(&a, name, cmdline ? cmdline : command) == 0)
-                fprintf(stderr, "eval: %.0f s; results in %s (summary.md, summary.csv, plots)\n", now_seconds() - t0,
+                fprintf(stderr, "eval: %.0f s; results in %s (summary.md, summary.csv, plots)\n", pkv_now_seconds() - t0,
                         a.out_dir);
             else if (status == 0)
                 status = 1;

@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "args.h"
+#include "base/clock.h"
 #include "commands.h"
 #include "press_args.h"
 
@@ -44,12 +44,6 @@ static void on_sigint(int sig) {
     (void)sig;
     g_interrupted = 1;
     if (g_running) pkv_session_interrupt(g_running);
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 typedef struct {
@@ -370,7 +364,7 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout);
         n_gen++;
         if (n_gen >= a.n_predict || g_interrupted) break;
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         if (pkv_decode(s, tok, &err)) {
             if (err.code == PKV_ERR_LIMIT) {
                 fprintf(stderr, "\nstopped: %s\n", err.msg);
@@ -380,7 +374,7 @@ int cmd_run(int argc, char **argv) {
             }
             break;
         }
-        t_decode += now_seconds() - t0;
+        t_decode += pkv_now_seconds() - t0;
     }
     fputc('\n', stdout);
     fflush(stdout);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
 #include "engine/session.h"
+#include "model/model.h"
 #include "test.h"
 
 typedef struct {

@@ -1,7 +1,7 @@
 /*
- * Tests for the batched matmul kernels (src/gemm*.c), the matmul driver and
- * elementwise ops (src/ops.c), the exp/GELU/SiLU kernels and the thread pool
- * (src/threads.c).
+ * Tests for the batched matmul kernels (src/kernels/gemm*.c), the matmul
+ * driver and elementwise ops (src/kernels/ops.c), the exp/GELU/SiLU kernels
+ * (src/kernels/vec*.c) and the thread pool (src/base/threads.c).
  *
  * References: the batched kernels must reproduce the single-row fused dot
  * products (quant.h vec_dot, themselves tested against the formulas in
@@ -17,13 +17,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/prng.h"
+#include "base/threads.h"
 #include "kernels/cpu.h"
 #include "kernels/f16.h"
 #include "kernels/ops.h"
-#include "base/prng.h"
 #include "kernels/quant.h"
 #include "test.h"
-#include "base/threads.h"
 
 /* ------------------------------------------------------------------ utilities */
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/press.h"
 #include "press/snapkv.h"
 #include "test.h"
 

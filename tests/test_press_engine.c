@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "promptkv.h"
 #include "press_fixtures.h"
+#include "promptkv.h"
 #include "test.h"
 
 static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";

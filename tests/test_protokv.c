@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/press.h"
 #include "press/protokv.h"
 #include "press_fixtures.h"
 #include "test.h"

@@ -1,7 +1,7 @@
 /*
  * Tests for the weight types, dequantisation, activation quantisation, fused
- * dot products, float helpers and CPU dispatch (src/quant.c, quant_avx2.c,
- * quant_avx512.c, cpu.c).
+ * dot products, float helpers and CPU dispatch (src/kernels/: quant*.c,
+ * vec*.c, cpu.c).
  *
  * The reference here is written independently from engine-notes.md §2: it
  * reads raw block bytes at the documented offsets and computes one element
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/f16.h"
 #include "base/prng.h"
+#include "kernels/f16.h"
 #include "kernels/quant.h"
 #include "test.h"
 

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/f16.h"
 #include "format/gguf.h"
+#include "kernels/f16.h"
 #include "model/synth.h"
 #include "test.h"
 

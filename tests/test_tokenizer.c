@@ -11,8 +11,11 @@
 #include <string.h>
 
 #include "test.h"
-#include "text/vocab.h"
+#include "text/chat.h"
+#include "text/tok_bpe.h"
+#include "text/tokenizer.h"
 #include "text/unicode.h"
+#include "text/vocab.h"
 
 /* ---------------------------------------------------------------- fixture reading */
 

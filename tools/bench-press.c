@@ -30,9 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/press.h"
 #include "press/protokv.h"
 #include "promptkv.h"
 
@@ -45,12 +46,6 @@ typedef struct {
     const char *protokv_opts[16];
     int n_protokv_opts;
 } bench_args;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* CPU time of the calling thread: what a single-threaded press costs, whatever else the machine runs */
 static double cpu_seconds(void) {
@@ -228,10 +223,10 @@ static timing time_press(const pkv_press_cfg *cfg, const pkv_press_input *in_tem
         pkv_arena_reset(&arena);
         pkv_press_selection sel;
         pkv_error err;
-        double c0 = cpu_seconds(), t0 = now_seconds();
+        double c0 = cpu_seconds(), t0 = pkv_now_seconds();
         if (pkv_press_run(cfg, &in, &sel, &err)) fprintf(stderr, "bench-press: %s\n", err.msg);
         cpu[r] = cpu_seconds() - c0;
-        wall[r] = now_seconds() - t0;
+        wall[r] = pkv_now_seconds() - t0;
     }
     pkv_arena_free(&arena);
     return (timing){median(cpu, reps), median(wall, reps)};
@@ -426,12 +421,12 @@ static int bench_model(const bench_args *a) {
         so.n_threads = a->threads;
         so.n_ctx = L;
         pkv_session *s = toks ? pkv_session_new(m, &so, &err) : NULL;
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         if (!s || pkv_prefill(s, toks, n, capture, NULL, &err)) {
             fprintf(stderr, "bench-press: %d tokens: %s\n", L, toks ? err.msg : "cannot read the text");
             return 1;
         }
-        fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s, captured %d layers\n", L, now_seconds() - t0,
+        fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s, captured %d layers\n", L, pkv_now_seconds() - t0,
                 store.n);
         timing t_snap = {0}, t_proto = {0};
         pkv_protokv_times times = {0};

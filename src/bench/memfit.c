@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench.h"
 #include "base/error.h"
+#include "bench/bench.h"
 #include "model/model.h"
 #include "press/press.h"
 

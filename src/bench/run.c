@@ -5,18 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bench/bench.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "bench/bench.h"
 #include "model/model.h"
 #include "press/press.h"
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 __attribute__((format(printf, 2, 3))) static void progress(const pkv_bench_opts *o, const char *fmt, ...) {
     if (!o->progress) return;
@@ -103,9 +97,9 @@ int pkv_bench_prefill(pkv_model *m, const pkv_bench_opts *o, int n_prompt, const
         progress(o, "%s %s: repetition %d/%d", out->test, out->press, r + 1, reps);
         pkv_session_reset(s);
         prompt_tokens(m, &rng, tokens, n_prompt);
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         if (pkv_prefill(s, tokens, n_prompt, press, &st, err)) goto done;
-        secs[r] = now_seconds() - t0;
+        secs[r] = pkv_now_seconds() - t0;
         tps[r] = n_prompt / secs[r];
         ms[r] = 1000.0 * secs[r] / n_prompt;
         press_s[r] = st.press_seconds;
@@ -140,12 +134,12 @@ done:
 static int decode_steps(pkv_session *s, const pkv_model *m, uint64_t *rng, int n_gen, double *seconds,
                         pkv_error *err) {
     int32_t token = pkv_tokenizer_add_bos(m->tok) ? pkv_token_bos(m) : random_token(m, rng);
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     for (int i = 0; i < n_gen; i++) {
         if (pkv_decode(s, token, err)) return -1;
         token = random_token(m, rng);
     }
-    *seconds = now_seconds() - t0;
+    *seconds = pkv_now_seconds() - t0;
     return 0;
 }
 
@@ -273,9 +267,9 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
     progress(c->o, "d%d: prefill of %d tokens (shared by %d presses)", c->depth, c->depth, n_presses);
     pkv_bench_rss_reset();
     pkv_prefill_stats st;
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     if (pkv_prefill(src, tokens, c->depth, NULL, &st, err)) goto done;
-    double prefill_s = now_seconds() - t0;
+    double prefill_s = pkv_now_seconds() - t0;
     uint64_t peak = pkv_bench_rss_peak();
     for (int p = 0; p < n_presses; p++) {
         pkv_bench_result *r = &out[p];
@@ -318,9 +312,9 @@ static int depth_separate(const depth_ctx *c, const int32_t *tokens, const pkv_p
         progress(c->o, "d%d: prefill of %d tokens with %s", c->depth, c->depth, r->press);
         pkv_bench_rss_reset();
         pkv_prefill_stats st;
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         int rc = pkv_prefill(s, tokens, c->depth, presses[p], &st, err);
-        r->prefill_seconds = now_seconds() - t0;
+        r->prefill_seconds = pkv_now_seconds() - t0;
         r->peak_rss = pkv_bench_rss_peak();
         r->press_seconds = st.press_seconds;
         r->press_share = r->prefill_seconds > 0 ? st.press_seconds / r->prefill_seconds : 0.0;

@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "promptkv.h"
 #include "kernels/quant.h"
+#include "promptkv.h"
 
 /* One block per head (kvcache.c): cap rows of K, then cap rows of V, then
  * cap positions; k points at the block, v and pos into it. */

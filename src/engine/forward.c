@@ -13,19 +13,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "cache/attention.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "cache/attention.h"
 #include "engine/session.h"
 
 enum { LOGIT_ROWS = 16 }; /* logits computed this many rows at a time when every row is wanted */
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -173,7 +167,7 @@ static void probe_capture(pkv_layer_probe *p, const pkv_hparams *hp, const float
 /* Runs the press on layer il from a probe and keeps only its selection in the cache. */
 int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_cfg *cfg, int il,
                     pkv_forward_stats *stats, pkv_error *err) {
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     const pkv_hparams *hp = &s->model->hp;
     pkv_kvcache *c = &s->cache;
     pkv_kv_layer *L = &c->layers[il];
@@ -285,7 +279,7 @@ int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_pres
         stats->compressed = true;
         stats->rows_before += before;
         stats->rows_after += pkv_kvcache_layer_rows(c, il);
-        stats->press_seconds += now_seconds() - t0;
+        stats->press_seconds += pkv_now_seconds() - t0;
     }
     return 0;
 }

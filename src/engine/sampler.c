@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "promptkv.h"
 #include "base/prng.h"
+#include "promptkv.h"
 
 struct pkv_sampler {
     pkv_sampler_params p;

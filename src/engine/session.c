@@ -1,8 +1,8 @@
 /* The public API: sessions, prefill, decode, tokenizer and chat wrappers. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "engine/session.h"
 
@@ -10,12 +10,6 @@ void pkv_session_opts_default(pkv_session_opts *opts) {
     memset(opts, 0, sizeof *opts);
     opts->n_batch = 512;
     opts->cache_type = PKV_CACHE_F16;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, pkv_error *err) {
@@ -163,7 +157,7 @@ int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     pkv_error_clear(err);
     if (check_context(s, n, err)) return -1;
     if (press && pkv_press_cfg_check(press, err)) return -1;
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     int pos0 = s->n_pos;
     pkv_forward_stats fs;
     pkv_probe_cfg keep = {.window = s->opts.keep_press_window, .attn_sums = s->opts.keep_attn_sums};
@@ -171,7 +165,7 @@ int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->n_prompt = n;
-        stats->prefill_seconds = now_seconds() - t0;
+        stats->prefill_seconds = pkv_now_seconds() - t0;
         stats->press_seconds = fs.press_seconds;
         stats->compressed = fs.compressed;
         fill_cache_stats(s, pos0 + n, stats);
@@ -194,7 +188,7 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
             return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_attn_sums in the source session", press->ops->name);
     }
     if (src->broken) return pkv_fail(err, PKV_ERR_ARG, "the source session stopped midway in its last call");
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     dst->broken = true;
     if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
     dst->n_pos = src->n_pos;
@@ -213,7 +207,7 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
     dst->broken = false;
     if (stats) {
         memset(stats, 0, sizeof *stats);
-        stats->prefill_seconds = now_seconds() - t0;
+        stats->prefill_seconds = pkv_now_seconds() - t0;
         stats->press_seconds = fs.press_seconds;
         stats->compressed = fs.compressed;
         fill_cache_stats(dst, dst->n_pos, stats);

@@ -6,8 +6,8 @@
 
 #include "base/arena.h"
 #include "cache/kvcache.h"
-#include "model/model.h"
 #include "kernels/ops.h"
+#include "model/model.h"
 #include "press/press.h"
 
 /* Buffers for one forward pass, grown on demand and kept between calls. */

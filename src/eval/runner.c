@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "eval/score.h"
 #include "eval/text.h"
@@ -14,12 +14,6 @@
 
 const char *pkv_eval_mode_name(pkv_eval_mode mode) {
     return mode == PKV_EVAL_QUERY_AWARE ? "query_aware" : "query_agnostic";
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---------------------------------------------------------------- configurations */
@@ -426,9 +420,9 @@ static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, ag
         pkv_sbuf_add(text, piece, (size_t)len);
         res->n_gen++;
         if (res->n_gen >= cap) break;
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         if (pkv_decode(r->tmp, tok, err)) return -1;
-        res->decode_seconds += now_seconds() - t0;
+        res->decode_seconds += pkv_now_seconds() - t0;
         res->n_decoded++;
     }
     if (record) r->n_full = n_tok;

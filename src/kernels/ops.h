@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/threads.h"
 #include "kernels/quant.h"
 #include "kernels/tensor.h"
-#include "base/threads.h"
 
 typedef struct {
     const pkv_kernels *kern;

@@ -11,8 +11,9 @@
 
 #include "format/gguf.h"
 #include "kernels/ops.h"
-#include "promptkv.h"
 #include "kernels/tensor.h"
+#include "promptkv.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
 
 typedef enum { PKV_ACT_SILU, PKV_ACT_GELU_TANH } pkv_activation;

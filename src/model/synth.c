@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "format/gguf.h"
 #include "base/prng.h"
 #include "base/threads.h"
+#include "format/gguf.h"
 
 /* ---------------------------------------------------------------- shapes */
 

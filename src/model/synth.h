@@ -20,8 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "promptkv.h"
 #include "kernels/quant.h"
+#include "promptkv.h"
 
 /* The shape of a model: what its config.json says that matters for the GGUF. */
 typedef struct {

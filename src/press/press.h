@@ -2,7 +2,7 @@
  * The press interface (design.md "The press interface").
  *
  * A press is a small struct of parameters plus functions. Per full-attention
- * layer, once the layer has seen the prompt, the framework (press/select.c)
+ * layer, once the layer has seen the prompt, the framework (press/framework.c)
  * hands it the layer's observation-window queries, the rows of every KV head
  * (post-RoPE keys, values, original positions) and a budget per head; the
  * press scores rows, and the shared selection keeps the window, the protected

@@ -16,12 +16,6 @@ struct srv_slot {
     uint64_t saved_bytes;  /* what compression saved for the running request (guarded) */
 };
 
-double srv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------ jobs */
 
 srv_job *srv_job_new(srv_request *req, srv_prepared *in) {
@@ -77,7 +71,7 @@ static void queue_remove_locked(srv_sched *sc, srv_job *job) {
 /* Ends a job that never ran (cancelled, timed out) or that a slot finished. */
 static void job_done_locked(srv_job *job) {
     job->state = JOB_DONE;
-    job->t_end = srv_now();
+    job->t_end = pkv_now_seconds();
     srv_textout_finish(&job->out);
     pthread_cond_broadcast(&job->cv);
 }
@@ -100,7 +94,7 @@ int srv_submit(srv_sched *sc, srv_job *job, srv_error *e) {
                       sc->q_len);
     } else {
         job->state = JOB_QUEUED;
-        job->t_submit = srv_now();
+        job->t_submit = pkv_now_seconds();
         job->refs++; /* the queue's */
         sc->queue[(sc->q_head + sc->q_len) % sc->opts.queue_cap] = job;
         sc->q_len++;
@@ -151,7 +145,7 @@ static bool has_news_locked(const srv_job *job) { return job->out.ready > job->t
 int srv_job_next(srv_sched *sc, srv_job *job, bool (*client_gone)(void *), void *user, srv_news *news) {
     pthread_mutex_lock(&sc->mu);
     while (!has_news_locked(job)) {
-        if (job->state == JOB_QUEUED && srv_now() - job->t_submit > sc->opts.queue_timeout) {
+        if (job->state == JOB_QUEUED && pkv_now_seconds() - job->t_submit > sc->opts.queue_timeout) {
             sc->m.queue_timeouts++;
             job->failed = true;
             srv_fail(&job->error, 503, "server_error", "queue_timeout", NULL,
@@ -307,13 +301,13 @@ static void generate(srv_slot *slot, srv_job *job) {
             break;
         }
         if (n_gen >= job->in.max_tokens) break;
-        double t0 = srv_now();
+        double t0 = pkv_now_seconds();
         pkv_error err;
         if (pkv_decode(s, tok, &err)) {
             if (err.code != PKV_ERR_LIMIT && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
             break; /* the context is full: "length" */
         }
-        decode_seconds += srv_now() - t0;
+        decode_seconds += pkv_now_seconds() - t0;
         n_decoded++;
     }
     pkv_sampler_free(sampler);
@@ -329,12 +323,12 @@ static void generate(srv_slot *slot, srv_job *job) {
 
 static void run_job(srv_slot *slot, srv_job *job) {
     pkv_error err;
-    double t0 = srv_now();
+    double t0 = pkv_now_seconds();
     if (prefill(slot, job, &err)) {
         if (err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
         return;
     }
-    after_prefill(slot, job, srv_now() - t0);
+    after_prefill(slot, job, pkv_now_seconds() - t0);
     generate(slot, job);
 }
 
@@ -367,7 +361,7 @@ static void *slot_main(void *arg) {
         }
         job->state = JOB_RUNNING;
         job->slot = slot->index;
-        job->t_start = srv_now();
+        job->t_start = pkv_now_seconds();
         slot->job = job;
         pthread_mutex_unlock(&sc->mu);
 

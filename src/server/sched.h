@@ -13,8 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "promptkv.h"
+#include "base/clock.h"
 #include "prompt.h"
+#include "promptkv.h"
 #include "request.h"
 #include "response.h"
 #include "textout.h"
@@ -125,7 +126,5 @@ void srv_sched_cancel_all(srv_sched *sc);
 /* Counts a response for /metrics (endpoint < 0: another path). */
 void srv_sched_count_response(srv_sched *sc, int endpoint, int status);
 void srv_sched_metrics(srv_sched *sc, srv_metrics *out);
-
-double srv_now(void);
 
 #endif

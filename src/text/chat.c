@@ -7,6 +7,8 @@
  *   Llama 3  meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json
  *   ChatML   Qwen/Qwen2-7B-Instruct tokenizer_config.json
  */
+#include "text/chat.h"
+
 #include <string.h>
 
 #include "base/error.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "text/vocab.h"
+#include "text/tok_spm.h"
 #include "text/unicode.h"
 
 static const char k_space_mark[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */

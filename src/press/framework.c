@@ -1,4 +1,6 @@
-/* The press framework: budgets (press/budget.c), forced rows, the shared top-k. */
+/* The press framework: pkv_press_run, one call per layer, puts budgets
+ * (budget.c), protected and forced rows and the shared top-k around a press's
+ * scores; and the window attention that scoring presses share. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
