@@ -17,8 +17,8 @@
 #include "base/threads.h"
 #include "cache/attention.h"
 #include "cache/kvcache.h"
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 #include "test.h"
 
 static float rng_sym(uint64_t *s) { return (float)((pkv_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }

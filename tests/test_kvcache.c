@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "cache/kvcache.h"
-#include "kernels/cpu.h"
+#include "kernels/levels.h"
 #include "test.h"
 
 enum { DK = 24, DV = 40, HEADS = 3 };

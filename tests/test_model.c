@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/session.h"
+#include "engine/state.h"
 #include "model/model.h"
 #include "test.h"
 

@@ -19,8 +19,8 @@
 
 #include "base/prng.h"
 #include "base/threads.h"
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "test.h"

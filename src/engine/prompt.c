@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "engine/session.h"
+#include "promptkv.h"
 
 typedef struct {
     int32_t *ids;

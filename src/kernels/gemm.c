@@ -19,8 +19,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 #include "kernels/quant.h"
 
 /* ------------------------------------------------------------------ pack geometry */

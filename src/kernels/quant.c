@@ -14,8 +14,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 
 /* ------------------------------------------------------------------ type table */
 

@@ -1,10 +1,14 @@
-/* The session's insides, shared by session.c (the public API) and forward.c. */
-#ifndef PKV_SESSION_H
-#define PKV_SESSION_H
+/* A session's state: the cache, the work buffers, the probes a press reads.
+ * Shared by session.c (the public API), forward.c (the forward pass) and
+ * compress.c (the cache <-> press adapter); nothing else sees it. */
+#ifndef PKV_ENGINE_STATE_H
+#define PKV_ENGINE_STATE_H
 
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "base/arena.h"
+#include "base/error.h"
 #include "cache/kvcache.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -61,34 +65,15 @@ struct pkv_session {
     atomic_int interrupted; /* set from a signal handler or another thread (lock-free) */
 };
 
-/* Called with the logits of each requested row. */
-typedef void (*pkv_row_logits_fn)(void *user, int index, const float *logits);
+/* Logits are computed this many rows at a time when every row is wanted. */
+enum { PKV_LOGIT_ROWS = 16 };
 
-typedef struct {
-    bool compressed;
-    double press_seconds;
-    int64_t rows_before, rows_after; /* rows of the pressed layers, summed over heads */
-} pkv_forward_stats;
-
-/* Runs n tokens through the model at positions n_pos.. (layer by layer over
- * chunks of n_batch tokens), appending to the cache; with a press, each
- * full-attention layer is compressed once it has seen all n tokens. Logits of
- * the last token land in s->logits; with row_fn, every token's logits are
- * passed to it in order. */
-/* What to keep for presses (pkv_layer_probe): window queries and, optionally,
- * attention sums. press, if not NULL, runs on each full layer at its end. */
-typedef struct {
-    int window;
-    bool attn_sums;
-} pkv_probe_cfg;
-
-int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
-                const pkv_probe_cfg *probe, pkv_row_logits_fn row_fn, void *user, pkv_forward_stats *stats,
-                pkv_error *err);
-
-/* Runs a press on layer il of s from a probe (s's own, or one of the session
- * s was copied from). */
-int pkv_press_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_cfg *press, int il,
-                    pkv_forward_stats *stats, pkv_error *err);
+/* Grows a work buffer to bytes (contents kept); the error names activations. */
+static inline int pkv_work_grow(void **p, size_t bytes, pkv_error *err) {
+    void *q = realloc(*p, bytes ? bytes : 1);
+    if (!q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory allocating %zu bytes of activations", bytes);
+    *p = q;
+    return 0;
+}
 
 #endif
