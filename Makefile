@@ -24,7 +24,11 @@ AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
 # the engine's layers, lowest first: a layer includes only the layers before it
 ENGINE_DIRS := base format kernels cache text model press engine
-LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS) eval bench,$(wildcard src/$(d)/*.c)))
+LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS),$(wildcard src/$(d)/*.c)))
+# the harness, each its own archive over the engine's public API (and src/base/):
+# linked into the CLI and the tests, not into libpromptkv.a
+EVAL_SRC  := $(sort $(wildcard src/eval/*.c))
+BENCH_SRC := $(sort $(wildcard src/bench/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
@@ -52,10 +56,16 @@ $(1)/libpromptkv.a: $(call objs,$(1),$(LIB_SRC))
 $(1)/libpromptkv_server.a: $(call objs,$(1),$(SERVER_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
+$(1)/libpromptkv_eval.a: $(call objs,$(1),$(EVAL_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/libpromptkv_bench.a: $(call objs,$(1),$(BENCH_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
 $(call objs,$(1),$(SERVER_SRC)): | deps
-$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv.a
+$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv_eval.a $(1)/libpromptkv_bench.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(SERVER_LIBS) $(3)
-$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
+$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv_eval.a $(1)/libpromptkv_bench.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)

@@ -883,7 +883,7 @@ int cmd_eval(int argc, char **argv) {
         if (threads < 1) threads = 1;
     }
     bool attn_sums = false;
-    for (int i = 0; i < n_configs; i++) attn_sums |= !strcmp(configs[i].base, "h2o");
+    for (int i = 0; i < n_configs; i++) attn_sums |= pkv_press_cfg_needs_attn_sums(configs[i].cfg);
     progress_state ps = {isatty(STDERR_FILENO), rk.rank, rk.size, 0};
     pkv_eval_sweep_opts so = {
         .model = model,

@@ -125,6 +125,9 @@ int pkv_token_to_piece(const pkv_model *model, int32_t token, bool render_specia
 
 int32_t pkv_token_bos(const pkv_model *model);
 int32_t pkv_token_eos(const pkv_model *model);
+/* True when pkv_tokenize with add_special puts BOS first (the GGUF's
+ * tokenizer.ggml.add_bos_token, or the tokenizer family's default). */
+bool pkv_token_add_bos(const pkv_model *model);
 /* True for any end-of-generation token: EOS, end-of-turn, and so on. */
 bool pkv_token_is_eog(const pkv_model *model, int32_t token);
 int pkv_n_vocab(const pkv_model *model);
@@ -211,6 +214,14 @@ int pkv_press_cfg_add_protect(pkv_press_cfg *cfg, int begin, int end, pkv_error 
 int pkv_press_cfg_check(const pkv_press_cfg *cfg, pkv_error *err);
 /* "snapkv budget=1024 window=32" */
 int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len);
+
+/* False for "none" (and NULL): the full cache is kept. */
+bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg);
+/* The observation window, and whether the press reads attention sums: what a
+ * session must keep (keep_press_window, keep_attn_sums) for pkv_session_copy
+ * to run this press on a copy. 0 and false for "none". */
+int pkv_press_cfg_window(const pkv_press_cfg *cfg);
+bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg);
 
 /* The registry, for help texts: i = 0, 1, ... until false. */
 bool pkv_press_list(int i, const char **name, const char **summary);
@@ -341,24 +352,6 @@ int pkv_session_positions(const pkv_session *session, int layer, int head, int32
 /* Ask a running prefill/decode to stop at the next layer boundary (safe from
  * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */
 void pkv_session_interrupt(pkv_session *session);
-
-/* ---------------------------------------------------------------- perplexity */
-
-/* llama.cpp's llama-perplexity method: tokens (already tokenized with BOS)
- * are cut into chunks of n_ctx; each chunk runs from an empty cache with its
- * first token replaced by BOS (when the model adds one), and the second half
- * of each chunk is scored. Needs at least 2 x n_ctx tokens. progress (may be
- * NULL) is called after each chunk with the running perplexity. */
-typedef struct {
-    double ppl;
-    double ppl_err;  /* llama-perplexity's +/- estimate */
-    int n_chunks;
-    long n_scored;
-} pkv_ppl_result;
-
-int pkv_perplexity(pkv_session *session, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks,
-                   void (*progress)(void *user, int chunk, double ppl), void *user, pkv_ppl_result *out,
-                   pkv_error *err);
 
 /* ---------------------------------------------------------------- sampling */
 

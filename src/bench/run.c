@@ -9,8 +9,6 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "bench/bench.h"
-#include "model/model.h"
-#include "press/press.h"
 
 __attribute__((format(printf, 2, 3))) static void progress(const pkv_bench_opts *o, const char *fmt, ...) {
     if (!o->progress) return;
@@ -26,10 +24,9 @@ static void report(const pkv_bench_opts *o, const pkv_bench_result *r) {
     if (o->on_result) o->on_result(o->progress_user, r);
 }
 
-static bool is_press(const pkv_press_cfg *p) { return p && p->ops; }
 
 static void describe_press(const pkv_press_cfg *p, char *buf, int len) {
-    if (!is_press(p) || pkv_press_cfg_describe(p, buf, len) < 0) snprintf(buf, (size_t)len, "none");
+    if (!pkv_press_cfg_compresses(p) || pkv_press_cfg_describe(p, buf, len) < 0) snprintf(buf, (size_t)len, "none");
 }
 
 static int reps_of(const pkv_bench_opts *o) { return o->reps > 0 ? o->reps : 1; }
@@ -41,7 +38,9 @@ pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_
     so.n_threads = o->n_threads;
     if (o->n_batch > 0) so.n_batch = o->n_batch;
     so.cache_type = o->cache_type;
-    so.n_ctx = m->hp.n_ctx_train > n_tokens ? m->hp.n_ctx_train : n_tokens;
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    so.n_ctx = info.n_ctx_train > n_tokens ? info.n_ctx_train : n_tokens;
     so.keep_press_window = keep_window;
     so.keep_attn_sums = keep_sums;
     return pkv_session_new(m, &so, err);
@@ -49,12 +48,12 @@ pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_
 
 /* llama-bench: the first prompt token is BOS when the vocabulary adds one. */
 static void prompt_tokens(const pkv_model *m, uint64_t *rng, int32_t *out, int n) {
-    pkv_bench_random_tokens(rng, m->hp.n_vocab, pkv_token_bos(m), pkv_tokenizer_add_bos(m->tok), out, n);
+    pkv_bench_random_tokens(rng, pkv_n_vocab(m), pkv_token_bos(m), pkv_token_add_bos(m), out, n);
 }
 
 static int32_t random_token(const pkv_model *m, uint64_t *rng) {
     int32_t t;
-    pkv_bench_random_tokens(rng, m->hp.n_vocab, -1, false, &t, 1);
+    pkv_bench_random_tokens(rng, pkv_n_vocab(m), -1, false, &t, 1);
     return t;
 }
 
@@ -133,7 +132,7 @@ done:
  * one, then random ids (llama-bench test_gen). */
 static int decode_steps(pkv_session *s, const pkv_model *m, uint64_t *rng, int n_gen, double *seconds,
                         pkv_error *err) {
-    int32_t token = pkv_tokenizer_add_bos(m->tok) ? pkv_token_bos(m) : random_token(m, rng);
+    int32_t token = pkv_token_add_bos(m) ? pkv_token_bos(m) : random_token(m, rng);
     double t0 = pkv_now_seconds();
     for (int i = 0; i < n_gen; i++) {
         if (pkv_decode(s, token, err)) return -1;
@@ -256,9 +255,9 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
     int keep_window = 0;
     bool keep_sums = false;
     for (int p = 0; p < n_presses; p++)
-        if (is_press(presses[p])) {
-            if (presses[p]->window > keep_window) keep_window = presses[p]->window;
-            keep_sums |= presses[p]->ops->needs_attn_sum;
+        if (pkv_press_cfg_compresses(presses[p])) {
+            if (pkv_press_cfg_window(presses[p]) > keep_window) keep_window = pkv_press_cfg_window(presses[p]);
+            keep_sums |= pkv_press_cfg_needs_attn_sums(presses[p]);
         }
     pkv_session *src = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, keep_window, keep_sums, err);
     if (!src) return -1;
@@ -277,7 +276,7 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
         r->prefill_seconds = prefill_s;
         r->cache_bytes_full = st.cache_bytes_full;
         const pkv_session *start = src;
-        if (is_press(presses[p])) {
+        if (pkv_press_cfg_compresses(presses[p])) {
             pkv_prefill_stats cs;
             if (!(pressed = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err))) goto done;
             progress(c->o, "d%d: %s on a copy of the prompt's cache", c->depth, r->press);

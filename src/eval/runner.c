@@ -10,7 +10,6 @@
 #include "base/error.h"
 #include "eval/score.h"
 #include "eval/text.h"
-#include "press/press.h"
 
 const char *pkv_eval_mode_name(pkv_eval_mode mode) {
     return mode == PKV_EVAL_QUERY_AWARE ? "query_aware" : "query_agnostic";

@@ -14,6 +14,7 @@ int pkv_token_to_piece(const pkv_model *m, int32_t token, bool render_special, c
 
 int32_t pkv_token_bos(const pkv_model *m) { return pkv_tokenizer_bos(m->tok); }
 int32_t pkv_token_eos(const pkv_model *m) { return pkv_tokenizer_eos(m->tok); }
+bool pkv_token_add_bos(const pkv_model *m) { return pkv_tokenizer_add_bos(m->tok); }
 bool pkv_token_is_eog(const pkv_model *m, int32_t token) { return pkv_tokenizer_is_eog(m->tok, token); }
 int pkv_n_vocab(const pkv_model *m) { return m->hp.n_vocab; }
 

@@ -124,6 +124,10 @@ void pkv_press_cfg_free(pkv_press_cfg *cfg) {
 
 const char *pkv_press_cfg_name(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->ops->name : "none"; }
 
+bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg) { return cfg && cfg->ops; }
+int pkv_press_cfg_window(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->window : 0; }
+bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg) { return cfg && cfg->ops && cfg->ops->needs_attn_sum; }
+
 static int parse_int(const char *key, const char *value, long lo, long hi, long *out, pkv_error *err) {
     char *end;
     long v = strtol(value, &end, 10);
