@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "args.h"
-#include "base/clock.h"
 #include "commands.h"
 #include "press_args.h"
 
@@ -163,114 +162,21 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return 0;
 }
 
-/* The prompt as token ids: the context part (compressed) and the question
- * part (fed after compression in query_agnostic mode; simply the tail of the
- * prompt otherwise). */
-typedef struct {
-    int32_t *tokens;
-    int n_context;  /* tokens before the question */
-    int n_total;
-    int n_system;   /* tokens of the system prompt's rendering (chat) */
-} prompt_tokens;
-
-static char *read_text_arg(const char *cmd, const char *inline_text, const char *file, size_t *len) {
-    if (file) return cli_read_file(cmd, file, len);
-    if (!inline_text) {
-        *len = 0;
-        return calloc(1, 1);
-    }
-    *len = strlen(inline_text);
-    char *t = malloc(*len + 1);
-    if (t) memcpy(t, inline_text, *len + 1);
-    return t;
+static char *read_text_arg(const char *cmd, const char *inline_text, const char *file) {
+    size_t len;
+    if (file) return cli_read_file(cmd, file, &len);
+    const char *t = inline_text ? inline_text : "";
+    char *copy = malloc(strlen(t) + 1);
+    if (copy) strcpy(copy, t);
+    return copy;
 }
 
-/* Appends the tokens of text[0, len) to pt (grown as needed); -1 on error. */
-static int append_tokens(const char *cmd, pkv_model *model, prompt_tokens *pt, int *cap, const char *text, size_t len,
-                         bool add_special) {
-    pkv_error err;
-    if ((size_t)*cap - (size_t)pt->n_total < len + 16) {
-        size_t want = (size_t)pt->n_total + len + 16;
-        if (want > (size_t)1 << 30) {
-            cli_error(cmd, "the prompt is too long");
-            return -1;
-        }
-        int32_t *t = realloc(pt->tokens, want * sizeof *t);
-        if (!t) {
-            cli_error(cmd, "out of memory");
-            return -1;
-        }
-        pt->tokens = t;
-        *cap = (int)want;
-    }
-    int n = pkv_tokenize(model, text, len, add_special, true, pt->tokens + pt->n_total, *cap - pt->n_total, &err);
-    if (n < 0) {
-        cli_error(cmd, "%s", err.msg);
-        return -1;
-    }
-    pt->n_total += n;
-    return 0;
-}
-
-static int tokenize_prompt(const run_args *a, pkv_model *model, prompt_tokens *pt) {
-    const char *cmd = "run";
-    memset(pt, 0, sizeof *pt);
-    size_t ctx_len, q_len;
-    char *ctx = read_text_arg(cmd, a->prompt, a->prompt_file, &ctx_len);
-    char *question = ctx ? read_text_arg(cmd, a->question, a->question_file, &q_len) : NULL;
-    int cap = 0, rc = -1;
-    char *rendered = NULL;
-    if (!ctx || !question) goto out;
-    if (!a->chat) {
-        if (append_tokens(cmd, model, pt, &cap, ctx, ctx_len, true)) goto out;
-        pt->n_context = pt->n_total;
-        if (q_len && append_tokens(cmd, model, pt, &cap, question, q_len, false)) goto out;
-    } else {
-        /* the user turn holds context + question; the question and everything after
-         * it (end of turn, the assistant header) is the part fed after compression */
-        char *content = malloc(ctx_len + q_len + 1);
-        if (!content) goto out;
-        memcpy(content, ctx, ctx_len);
-        memcpy(content + ctx_len, question, q_len + 1);
-        pkv_chat_message msgs[2];
-        int n_msgs = 0;
-        if (a->system) msgs[n_msgs++] = (pkv_chat_message){"system", a->system};
-        msgs[n_msgs++] = (pkv_chat_message){"user", content};
-        int rcap = (int)(ctx_len + q_len + (a->system ? strlen(a->system) : 0) + 1024);
-        rendered = malloc((size_t)rcap);
-        pkv_error err;
-        int system_end = 0;
-        int rlen = rendered ? pkv_chat_format(model, msgs, n_msgs, rendered, rcap, &system_end, &err) : -1;
-        free(content);
-        if (rlen < 0 || rlen >= rcap) {
-            cli_error(cmd, "%s", rlen < 0 && rendered ? err.msg : "cannot format the chat prompt");
-            goto out;
-        }
-        /* split where the question starts (its last occurrence), else at the end of the context */
-        size_t split = (size_t)rlen;
-        if (q_len) {
-            for (size_t i = (size_t)rlen - q_len + 1; i-- > 0;)
-                if (!memcmp(rendered + i, question, q_len)) {
-                    split = i;
-                    break;
-                }
-        }
-        if (a->press.protect_system && system_end > 0) {
-            if (append_tokens(cmd, model, pt, &cap, rendered, (size_t)system_end, false)) goto out;
-            pt->n_system = pt->n_total;
-            pt->n_total = 0; /* counted only: the whole text is tokenized below */
-        }
-        /* the template already starts with BOS (engine-notes.md §4.6) */
-        if (append_tokens(cmd, model, pt, &cap, rendered, split, false)) goto out;
-        pt->n_context = pt->n_total;
-        if (append_tokens(cmd, model, pt, &cap, rendered + split, (size_t)rlen - split, false)) goto out;
-    }
-    rc = 0;
-out:
-    free(rendered);
-    free(ctx);
-    free(question);
-    return rc;
+/* Streams the completion as it becomes ready; a SIGINT stops it. */
+static bool print_token(void *user, const pkv_token_event *ev) {
+    (void)user;
+    if (ev->text_len) fwrite(ev->text, 1, ev->text_len, stdout);
+    fflush(stdout);
+    return !g_interrupted;
 }
 
 static double mib(uint64_t b) { return b / 1048576.0; }
@@ -299,42 +205,41 @@ int cmd_run(int argc, char **argv) {
     pkv_press_cfg *press = press_args_build(&a.press, "run");
     if (!press) return EXIT_USAGE;
     pkv_model *model = cli_load_model("run", a.model_path, a.simd);
-    if (!model) {
-        pkv_press_cfg_free(press);
-        return EXIT_RUNTIME;
+    char *context = model ? read_text_arg("run", a.prompt, a.prompt_file) : NULL;
+    char *question = context ? read_text_arg("run", a.question, a.question_file) : NULL;
+    pkv_session *s = NULL;
+    pkv_request_prompt rp = {0};
+    int exit_code = EXIT_RUNTIME;
+    if (!question) goto done;
+
+    /* the whole prompt is pressed in query-aware mode and the user's text may
+     * name control tokens, as llama.cpp's CLI reads a prompt */
+    pkv_request req;
+    pkv_request_init(&req);
+    req.prompt = (pkv_prompt_parts){
+        .system = a.system, .context = context, .question = question, .chat = a.chat, .parse_special = true};
+    req.press = press;
+    req.mode = pkv_press_cfg_mode(press);
+    req.press_whole_prompt = true;
+    req.protect_system = a.press.protect_system;
+    req.sampling = a.sampling;
+    req.max_tokens = (int)a.n_predict;
+    req.ignore_eos = a.ignore_eos;
+    req.on_token = print_token;
+    pkv_error err;
+    if (pkv_request_tokenize(model, &req, &rp, &err)) {
+        cli_error("run", "%s", err.msg);
+        goto done;
     }
-    prompt_tokens pt;
-    if (tokenize_prompt(&a, model, &pt)) {
-        free(pt.tokens);
-        pkv_press_cfg_free(press);
-        pkv_model_free(model);
-        return EXIT_RUNTIME;
-    }
-    int32_t *prompt = pt.tokens;
-    int n_prompt = pt.n_total;
+    int n_prompt = rp.prompt.n_tokens;
     if (n_prompt == 0) {
         cli_error("run", "the prompt is empty");
-        free(prompt);
-        pkv_press_cfg_free(press);
-        pkv_model_free(model);
-        return EXIT_USAGE;
+        exit_code = EXIT_USAGE;
+        goto done;
     }
-    pkv_error perr;
-    if (pt.n_system > 0 && pkv_press_cfg_add_protect(press, 0, pt.n_system, &perr)) {
-        cli_error("run", "%s", perr.msg);
-        free(prompt);
-        pkv_press_cfg_free(press);
-        pkv_model_free(model);
-        return EXIT_USAGE;
-    }
-    bool agnostic = a.press.mode && !strcmp(a.press.mode, "query_agnostic");
-    pkv_error err;
-    pkv_session *s = pkv_session_new(model, &a.sopts, &err);
-    pkv_sampler *sampler = s ? pkv_sampler_new(&a.sampling, pkv_n_vocab(model)) : NULL;
-    int exit_code = 0;
-    if (!s || !sampler) {
-        cli_error("run", "%s", s ? "out of memory" : err.msg);
-        exit_code = EXIT_RUNTIME;
+    s = pkv_session_new(model, &a.sopts, &err);
+    if (!s) {
+        cli_error("run", "%s", err.msg);
         goto done;
     }
 
@@ -343,59 +248,47 @@ int cmd_run(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     g_running = s;
 
-    /* query-agnostic: compress the context alone, then feed the question uncompressed */
-    int n_first = agnostic ? pt.n_context : n_prompt;
-    pkv_prefill_stats ps, ps_q = {0};
-    if (pkv_prefill(s, prompt, n_first, press, &ps, &err) ||
-        (n_first < n_prompt && pkv_prefill(s, prompt + n_first, n_prompt - n_first, NULL, &ps_q, &err))) {
+    pkv_request_stats st = {0};
+    if (pkv_request_prefill_compressed(s, &req, &rp, NULL, &st, &err) || pkv_request_prefill_rest(s, &rp, &st, &err)) {
         cli_error("run", "%s", err.msg);
         exit_code = err.code == PKV_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
         goto done;
     }
-    ps.prefill_seconds += ps_q.prefill_seconds;
-    int n_gen = 0;
-    double t_decode = 0.0;
-    char piece[256];
-    for (;;) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s));
-        if (!a.ignore_eos && pkv_token_is_eog(model, tok)) break;
-        int plen = pkv_token_to_piece(model, tok, false, piece, sizeof piece);
-        if (plen > 0) fwrite(piece, 1, (size_t)plen, stdout);
-        fflush(stdout);
-        n_gen++;
-        if (n_gen >= a.n_predict || g_interrupted) break;
-        double t0 = pkv_now_seconds();
-        if (pkv_decode(s, tok, &err)) {
-            if (err.code == PKV_ERR_LIMIT) {
-                fprintf(stderr, "\nstopped: %s\n", err.msg);
-            } else if (err.code != PKV_ERR_INTERRUPTED) {
-                cli_error("run", "%s", err.msg);
-                exit_code = EXIT_RUNTIME;
-            }
-            break;
+    exit_code = 0;
+    if (pkv_generate(s, &req, &st, &err)) {
+        if (err.code != PKV_ERR_INTERRUPTED) {
+            cli_error("run", "%s", err.msg);
+            exit_code = EXIT_RUNTIME;
         }
-        t_decode += pkv_now_seconds() - t0;
+    } else if (st.finish == PKV_FINISH_CONTEXT) {
+        fprintf(stderr, "\nstopped: %s\n", err.msg);
     }
     fputc('\n', stdout);
     fflush(stdout);
     if (g_interrupted) exit_code = EXIT_INTERRUPTED;
 
-    int n_decoded = n_gen > 0 ? n_gen - 1 : 0; /* the first token comes from the prefill's logits */
+    const pkv_prefill_stats *ps = &st.press;
+    double prefill_seconds = ps->prefill_seconds + st.rest_seconds;
+    int n_gen = st.n_generated, n_decoded = st.n_decoded;
+    double t_decode = st.decode_seconds;
+    /* the tokens before the question (the template's head included) */
+    int n_context = question[0] ? rp.prompt.context_end : n_prompt;
+    bool agnostic = req.mode == PKV_MODE_QUERY_AGNOSTIC;
     char desc[160];
     pkv_press_cfg_describe(press, desc, sizeof desc);
     fprintf(stderr, "prompt tokens:   %d", n_prompt);
-    if (pt.n_context < n_prompt) fprintf(stderr, " (context %d + question %d)", pt.n_context, n_prompt - pt.n_context);
+    if (n_context < n_prompt) fprintf(stderr, " (context %d + question %d)", n_context, n_prompt - n_context);
     fputc('\n', stderr);
-    fprintf(stderr, "press:           %s%s\n", desc, ps.compressed ? (agnostic ? ", query-agnostic" : ", query-aware") : "");
-    fprintf(stderr, "prefill:         %.3f s, %.1f tok/s\n", ps.prefill_seconds,
-            n_prompt / (ps.prefill_seconds > 0 ? ps.prefill_seconds : 1e-9));
-    if (ps.compressed) {
-        fprintf(stderr, "press time:      %.1f ms (%.2f%% of prefill)\n", ps.press_seconds * 1e3,
-                100.0 * ps.press_seconds / (ps.prefill_seconds > 0 ? ps.prefill_seconds : 1e-9));
+    fprintf(stderr, "press:           %s%s\n", desc, ps->compressed ? (agnostic ? ", query-agnostic" : ", query-aware") : "");
+    fprintf(stderr, "prefill:         %.3f s, %.1f tok/s\n", prefill_seconds,
+            n_prompt / (prefill_seconds > 0 ? prefill_seconds : 1e-9));
+    if (ps->compressed) {
+        fprintf(stderr, "press time:      %.1f ms (%.2f%% of prefill)\n", ps->press_seconds * 1e3,
+                100.0 * ps->press_seconds / (prefill_seconds > 0 ? prefill_seconds : 1e-9));
         fprintf(stderr, "kv cache:        %.2f MiB full -> %.2f MiB kept after the prompt (%.1fx smaller)\n",
-                mib(ps.cache_bytes_full), mib(ps.cache_bytes),
-                ps.cache_bytes ? (double)ps.cache_bytes_full / ps.cache_bytes : 0.0);
-        print_rows_per_layer(s, n_first);
+                mib(ps->cache_bytes_full), mib(ps->cache_bytes),
+                ps->cache_bytes ? (double)ps->cache_bytes_full / ps->cache_bytes : 0.0);
+        print_rows_per_layer(s, rp.n_compressed);
     }
     fprintf(stderr, "decode:          %d tokens, %.1f tok/s (%.2f ms/token)\n", n_gen,
             n_decoded > 0 ? n_decoded / t_decode : 0.0, n_decoded > 0 ? 1e3 * t_decode / n_decoded : 0.0);
@@ -403,9 +296,10 @@ int cmd_run(int argc, char **argv) {
             (unsigned long long)pkv_session_cache_bytes(s));
 done:
     g_running = NULL;
-    pkv_sampler_free(sampler);
+    pkv_request_prompt_free(&rp);
     pkv_session_free(s);
-    free(prompt);
+    free(context);
+    free(question);
     pkv_press_cfg_free(press);
     pkv_model_free(model);
     return exit_code;

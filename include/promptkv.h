@@ -159,13 +159,25 @@ bool pkv_model_has_chat_template(const pkv_model *model);
  * query-aware mode, the answer prefix never. With chat set, the model's chat
  * template renders [system,] user = context + question and the assistant's
  * generation prompt; the template's text after the question (end of turn,
- * assistant header) goes with the answer prefix. */
+ * assistant header) goes with the answer prefix. A template that trims the
+ * user's content (Gemma, Llama 3) trims the context's start and the
+ * question's end here too. */
 typedef struct {
     const char *system;        /* NULL: none (chat only; ChatML then renders its default system prompt) */
     const char *context;
     const char *question;      /* NULL or "": none */
     const char *answer_prefix; /* NULL or "": none */
     bool chat;
+    /* Chat only, instead of system, context and question: a whole
+     * conversation. Its last user message is the question; everything
+     * rendered before it is context (its own text empty), everything after
+     * it goes with the answer prefix. */
+    const pkv_chat_message *messages;
+    int n_messages;
+    /* The user's texts may name control tokens ("<|im_end|>" becomes that
+     * token), as llama.cpp reads a raw prompt; unset, they stay text. The
+     * template's own text always names them. */
+    bool parse_special;
 } pkv_prompt_parts;
 
 /* The tokens of a prompt and where its segments end: [0, system_end) the
@@ -214,6 +226,16 @@ int pkv_press_cfg_add_protect(pkv_press_cfg *cfg, int begin, int end, pkv_error 
 int pkv_press_cfg_check(const pkv_press_cfg *cfg, pkv_error *err);
 /* "snapkv budget=1024 window=32" */
 int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len);
+
+/* When the press runs on a request's prompt (pkv_request.mode). */
+typedef enum {
+    PKV_MODE_QUERY_AWARE = 0, /* on the context and the question */
+    PKV_MODE_QUERY_AGNOSTIC,  /* on the context alone; the question is fed after it, uncompressed */
+    PKV_MODE_RECOMPRESS       /* as query-aware, and again on every later prefill of the session */
+} pkv_mode;
+
+/* The press's "mode" option (query_aware when NULL). */
+pkv_mode pkv_press_cfg_mode(const pkv_press_cfg *cfg);
 
 /* False for "none" (and NULL): the full cache is kept. */
 bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg);
@@ -370,6 +392,152 @@ typedef struct pkv_sampler pkv_sampler;
 pkv_sampler *pkv_sampler_new(const pkv_sampler_params *params, int n_vocab);
 void pkv_sampler_free(pkv_sampler *sampler);
 int32_t pkv_sample(pkv_sampler *sampler, const float *logits);
+
+/* ---------------------------------------------------------------- requests */
+
+/* A request: a prompt, how to compress it and how to generate from it. The
+ * protocol (prompt assembly, the prefill the mode asks for, the decode loop
+ * with sampling, stop strings, end of generation and streaming) is run by
+ * the library; promptkv run, serve and eval are callers of it. */
+
+typedef enum {
+    PKV_FINISH_NONE = 0,   /* not finished */
+    PKV_FINISH_END,        /* an end-of-generation token */
+    PKV_FINISH_STOP,       /* a stop string, or the end of the first line (stop_at_newline) */
+    PKV_FINISH_LENGTH,     /* max_tokens generated */
+    PKV_FINISH_CONTEXT,    /* the session's context is full (the reason is in err) */
+    PKV_FINISH_CALLER      /* the token callback asked to stop */
+} pkv_finish;
+
+/* One step of a generation, for the callback. A token event carries the
+ * sampled token and the logits it was sampled from; the generation's last
+ * event has done set (it is the last token's own event, or one with token
+ * -1 when the generation ended between tokens). text is what may be shown
+ * now: the generated text is cut before a stop string, and bytes that could
+ * still begin one, or that end in a cut UTF-8 character, wait for the next
+ * event (the last event releases everything). */
+typedef struct {
+    int index;            /* 0, 1, ... over token events */
+    int32_t token;        /* -1: no token */
+    const float *logits;  /* NULL without a token */
+    bool end_of_generation;
+    const char *text;     /* not NUL-terminated; valid during the call */
+    size_t text_len;
+    bool done;
+    pkv_finish finish;    /* with done */
+} pkv_token_event;
+
+/* Returns false to stop the generation (PKV_FINISH_CALLER). */
+typedef bool (*pkv_token_fn)(void *user, const pkv_token_event *event);
+
+typedef struct {
+    /* The prompt: its parts (pkv_prompt_parts), or token ids when tokens is
+     * not NULL (then compressed whole, whatever the mode). */
+    pkv_prompt_parts prompt;
+    const int32_t *tokens;
+    int n_tokens;
+
+    const pkv_press_cfg *press; /* NULL or "none": the full cache */
+    pkv_mode mode;
+    /* Query-aware mode: the press runs on the context and the question, and
+     * the template's tail (end of turn, assistant header) and the answer
+     * prefix are fed after it (kvpress's protocol); with press_whole_prompt
+     * on every token of the prompt (SnapKV's code compresses the prompt as a
+     * whole). */
+    bool press_whole_prompt;
+    bool protect_system;        /* chat: the system prompt's rendering is kept whole */
+
+    pkv_sampler_params sampling;
+    int max_tokens;             /* tokens to generate at most (the first is always generated) */
+    const char *const *stop;    /* stop strings: the text ends before the first that appears */
+    int n_stop;
+    bool stop_at_newline;       /* stop at the first newline once the text has more than spaces */
+    bool ignore_eos;            /* end-of-generation tokens are ordinary tokens */
+    pkv_token_fn on_token;      /* may be NULL */
+    void *user;
+} pkv_request;
+
+/* Query-aware, greedy, 128 tokens, nothing else set. */
+void pkv_request_init(pkv_request *req);
+
+/* A request's prompt as the library feeds it. */
+typedef struct {
+    pkv_prompt_tokens prompt; /* tokens and segments (token ids: one context segment) */
+    int n_compressed;         /* tokens [0, n_compressed) are prefilled with the press, the rest after it */
+    int n_protected;          /* protect_system: the system prompt's tokens, [0, n_protected) */
+} pkv_request_prompt;
+
+int pkv_request_tokenize(const pkv_model *model, const pkv_request *req, pkv_request_prompt *out, pkv_error *err);
+void pkv_request_prompt_free(pkv_request_prompt *prompt);
+
+/* What the cache will hold, from the same budget code the press runs
+ * (layer and head schedules, the observation window, protected rows). */
+typedef struct {
+    int64_t rows_kept;      /* rows of the full-attention layers (all heads) once the prompt is read */
+    int64_t rows_full;      /* the same without compression */
+    uint64_t row_bytes;     /* bytes of one row of one head: key, value, position */
+    /* The most the cache holds at any moment of the request: during the
+     * prefill (the layers pressed so far, the current one whole) or at the
+     * end (max_tokens generated); sliding-window layers at their window plus
+     * a prefill chunk. What to admit a request against. */
+    uint64_t bytes_peak;
+} pkv_cache_estimate;
+
+int pkv_request_estimate(const pkv_model *model, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session_opts *opts, pkv_cache_estimate *out, pkv_error *err);
+
+typedef struct {
+    int n_prompt;
+    int n_compressed;
+    pkv_prefill_stats press;  /* the part prefilled (or copied) with the press */
+    double rest_seconds;      /* prefill of the tokens fed after the press */
+    int n_generated;          /* tokens generated, an end-of-generation token not counted */
+    int n_decoded;            /* of them, run through the model */
+    double decode_seconds;
+    pkv_finish finish;
+} pkv_request_stats;
+
+/* Runs a request on a session from its current state (empty, or earlier
+ * turns: the press then runs only in recompress mode): tokenize, prefill,
+ * generate. err holds the reason of a PKV_FINISH_CONTEXT too. */
+int pkv_request_run(pkv_session *session, const pkv_request *req, pkv_request_stats *stats, pkv_error *err);
+
+/* The phases of pkv_request_run, for callers that reuse a state. The
+ * compressed part: prefilled with the press, or, when from is not NULL,
+ * taken from it: from holds that part already, prefilled without a press and
+ * keeping the press's window (one prefill, many presses), or compressed
+ * before (a stored context; press NULL then), and session becomes its copy,
+ * pressed. */
+int pkv_request_prefill_compressed(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                                   const pkv_session *from, pkv_request_stats *stats, pkv_error *err);
+/* The rest of the prompt, fed after the press. */
+int pkv_request_prefill_rest(pkv_session *session, const pkv_request_prompt *prompt, pkv_request_stats *stats,
+                             pkv_error *err);
+
+/* Generation from a session's logits, one token per step. Several
+ * generations (on different sessions) are stepped together: a later batched
+ * decode steps them in one forward pass. */
+typedef struct pkv_generation pkv_generation;
+
+pkv_generation *pkv_generation_new(pkv_session *session, const pkv_request *req, pkv_error *err);
+void pkv_generation_free(pkv_generation *gen);
+/* One token for each unfinished generation of gens[0, n): sample, call back,
+ * run the token through the model unless that ended it. Returns how many are
+ * still running, or -1 when one failed (err; it is finished, the others are
+ * stepped). */
+int pkv_generation_step(pkv_generation *const *gens, int n, pkv_error *err);
+bool pkv_generation_done(const pkv_generation *gen);
+/* The generated text so far (cut before a stop string). */
+const char *pkv_generation_text(const pkv_generation *gen, size_t *len);
+/* Fills the generation fields of stats (n_generated, n_decoded, decode_seconds, finish). */
+void pkv_generation_stats(const pkv_generation *gen, pkv_request_stats *stats);
+/* Copies s[0, len) to out (capacity 3 * len + 1 suffices), replacing every
+ * invalid or incomplete UTF-8 sequence with U+FFFD (for outputs that must be
+ * valid UTF-8, such as JSON); NUL-terminates; returns the length written. */
+size_t pkv_utf8_repair(const char *s, size_t len, char *out);
+
+/* Runs a generation to its end. */
+int pkv_generate(pkv_session *session, const pkv_request *req, pkv_request_stats *stats, pkv_error *err);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "engine/compress.h"
 #include "engine/forward.h"
+#include "engine/session.h"
 #include "engine/state.h"
 
 void pkv_session_opts_default(pkv_session_opts *opts) {
@@ -154,8 +155,8 @@ static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
     return s->n_pos == 0 || press->mode == PKV_MODE_RECOMPRESS;
 }
 
-int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
-                pkv_error *err) {
+int pkv_session_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, bool apply_press,
+                        pkv_prefill_stats *stats, pkv_error *err) {
     pkv_error_clear(err);
     if (check_context(s, n, err)) return -1;
     if (press && pkv_press_cfg_check(press, err)) return -1;
@@ -163,7 +164,7 @@ int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     int pos0 = s->n_pos;
     pkv_compress_stats fs;
     pkv_probe_cfg keep = {.window = s->opts.keep_press_window, .attn_sums = s->opts.keep_attn_sums};
-    if (pkv_forward(s, tokens, n, press_applies(s, press) ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
+    if (pkv_forward(s, tokens, n, apply_press ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->n_prompt = n;
@@ -173,6 +174,11 @@ int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
         fill_cache_stats(s, pos0 + n, stats);
     }
     return 0;
+}
+
+int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
+                pkv_error *err) {
+    return pkv_session_prefill(s, tokens, n, press, press_applies(s, press), stats, err);
 }
 
 int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press, pkv_prefill_stats *stats,

@@ -124,12 +124,6 @@ const pkv_press_ops *pkv_press_registry_get(int i);
 
 /* ---------------------------------------------------------------- configuration */
 
-typedef enum {
-    PKV_MODE_QUERY_AWARE = 0, /* compress after the whole prompt, question included */
-    PKV_MODE_QUERY_AGNOSTIC,  /* the caller compresses the context, then feeds the question */
-    PKV_MODE_RECOMPRESS       /* every prefill (each user turn) compresses the whole cache again */
-} pkv_press_mode;
-
 typedef enum { PKV_LAYER_BUDGET_UNIFORM = 0, PKV_LAYER_BUDGET_PYRAMID } pkv_layer_budget;
 typedef enum { PKV_HEAD_BUDGET_UNIFORM = 0, PKV_HEAD_BUDGET_ADAPTIVE } pkv_head_budget;
 
@@ -139,7 +133,7 @@ struct pkv_press_cfg {
     int budget;               /* rows per head per layer, window included; 0 if ratio is used */
     double ratio;             /* fraction removed; used when budget == 0 */
     int window;               /* observation window */
-    pkv_press_mode mode;
+    pkv_mode mode;
     pkv_layer_budget layer_budget;
     double pyramid_beta;
     pkv_head_budget head_budget;
@@ -160,6 +154,13 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press
  * `layer` of `n_layers` (budget or ratio, then the layer schedule, algorithms.md
  * A.13); >= n_rows means keep everything. press/budget.c. */
 int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows);
+
+/* Rows cfg's press keeps of one layer whose KV heads each hold n_rows rows at
+ * positions 0..n_rows-1 (a prompt's first prefill), summed over the heads it
+ * selects for (query heads for a per-query-head press): the budget code
+ * pkv_press_run applies, an upper bound where AdaKV rounds. press/budget.c. */
+int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows, int n_head,
+                             int n_head_kv);
 
 /* AdaKV (A.13): shares the layer's free slots (budget minus forced rows, summed
  * over the selection heads) among the heads by their scores of the rows not

@@ -125,6 +125,7 @@ void pkv_press_cfg_free(pkv_press_cfg *cfg) {
 const char *pkv_press_cfg_name(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->ops->name : "none"; }
 
 bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg) { return cfg && cfg->ops; }
+pkv_mode pkv_press_cfg_mode(const pkv_press_cfg *cfg) { return cfg ? cfg->mode : PKV_MODE_QUERY_AWARE; }
 int pkv_press_cfg_window(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->window : 0; }
 bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg) { return cfg && cfg->ops && cfg->ops->needs_attn_sum; }
 

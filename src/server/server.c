@@ -320,7 +320,7 @@ static enum MHD_Result post_completion(request *r) {
     }
     bool stream = req.stream;
     r->include_usage = req.include_usage;
-    r->prompt_tokens = prep.n_tokens;
+    r->prompt_tokens = prep.prompt.prompt.n_tokens;
     snprintf(r->press_desc, sizeof r->press_desc, "%s", prep.press_desc);
     r->job = srv_job_new(&req, &prep);
     if (!r->job) return queue_json(r, 500, NULL);

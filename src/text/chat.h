@@ -3,6 +3,7 @@
 #define PKV_CHAT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "format/gguf.h"
 #include "promptkv.h"
@@ -37,5 +38,10 @@ bool pkv_chat_default_system(const gguf_file *f, char *buf, int buf_len);
 int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok, const char *default_system,
                     const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
                     int *system_end, pkv_error *err);
+
+/* The span [*begin, *end) of s[0, len) that Jinja's trim keeps (Python's
+ * str.strip(): Unicode white space and U+001C..U+001F at both ends), as the
+ * Gemma and Llama 3 templates apply it to a message's content. */
+void pkv_chat_trim_span(const char *s, size_t len, size_t *begin, size_t *end);
 
 #endif
