@@ -1,11 +1,13 @@
 /* promptkv run: prompt in, completion streamed out, statistics on stderr. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
 #include "commands.h"
+#include "flags.h"
 #include "press_args.h"
 
 static const char RUN_USAGE[] =
@@ -46,20 +48,37 @@ static void on_sigint(int sig) {
 }
 
 typedef struct {
-    const char *model_path;
+    cli_engine_args engine;
     const char *prompt;
     const char *prompt_file;
     const char *system;
     const char *question;
     const char *question_file;
     press_args press;
-    long n_predict;
+    int n_predict;
     bool chat;
     bool ignore_eos;
     pkv_session_opts sopts;
     pkv_sampler_params sampling;
-    pkv_simd simd;
 } run_args;
+
+static const cli_flag RUN_FLAGS[] = {
+    {"--prompt", "-p", CLI_TEXT, offsetof(run_args, prompt), 0, 0, NULL},
+    {"--file", "-f", CLI_TEXT, offsetof(run_args, prompt_file), 0, 0, NULL},
+    {"--system", NULL, CLI_TEXT, offsetof(run_args, system), 0, 0, NULL},
+    {"--question", "-q", CLI_TEXT, offsetof(run_args, question), 0, 0, NULL},
+    {"--question-file", NULL, CLI_TEXT, offsetof(run_args, question_file), 0, 0, NULL},
+    {"--n-predict", "-n", CLI_INT, offsetof(run_args, n_predict), 0, 1 << 30, NULL},
+    {"--ctx-size", "-c", CLI_INT, offsetof(run_args, sopts.n_ctx), 1, 1 << 30, NULL},
+    {"--chat", NULL, CLI_TRUE, offsetof(run_args, chat), 0, 0, NULL},
+    {"--ignore-eos", NULL, CLI_TRUE, offsetof(run_args, ignore_eos), 0, 0, NULL},
+    {"--temp", NULL, CLI_FLOAT, offsetof(run_args, sampling.temperature), 0.0, 100.0, NULL},
+    {"--top-k", NULL, CLI_INT, offsetof(run_args, sampling.top_k), 0, 1 << 30, NULL},
+    {"--top-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.top_p), 0.0, 1.0, NULL},
+    {"--min-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.min_p), 0.0, 1.0, NULL},
+    {"--seed", NULL, CLI_U64, offsetof(run_args, sampling.seed), 0, 0, NULL},
+    {NULL, NULL, 0, 0, 0, 0, NULL},
+};
 
 static int parse_args(int argc, char **argv, run_args *a) {
     const char *cmd = "run";
@@ -67,75 +86,26 @@ static int parse_args(int argc, char **argv, run_args *a) {
     a->n_predict = 128;
     pkv_session_opts_default(&a->sopts);
     pkv_sampler_params_default(&a->sampling);
+    a->engine.cache_type = a->sopts.cache_type;
     for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v;
-        long n;
-        double d;
+        const char *f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help") || !strcmp(f, "--help-press")) {
             fputs(RUN_USAGE, stdout);
             press_args_usage(stdout);
             return 1;
         }
         int pr = press_args_parse(&a->press, cmd, argc, argv, &i);
+        if (pr == 0) pr = cli_command_flag(cmd, &a->engine, RUN_FLAGS, a, argc, argv, &i);
         if (pr < 0) return -1;
-        if (pr > 0) continue;
-#define VALUE() \
-    if (!(v = cli_value(cmd, argc, argv, &i))) return -1
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) { VALUE(); a->model_path = v; }
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) { VALUE(); a->prompt = v; }
-        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) { VALUE(); a->prompt_file = v; }
-        else if (!strcmp(f, "--system")) { VALUE(); a->system = v; }
-        else if (!strcmp(f, "-q") || !strcmp(f, "--question")) { VALUE(); a->question = v; }
-        else if (!strcmp(f, "--question-file")) { VALUE(); a->question_file = v; }
-        else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 0, 1 << 30, &a->n_predict)) return -1;
-        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
-            a->sopts.n_threads = (int)n;
-        } else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1 << 30, &n)) return -1;
-            a->sopts.n_ctx = (int)n;
-        } else if (!strcmp(f, "-b") || !strcmp(f, "--batch")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
-            a->sopts.n_batch = (int)n;
-        } else if (!strcmp(f, "--chat")) a->chat = true;
-        else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = true;
-        else if (!strcmp(f, "--temp")) {
-            VALUE();
-            if (!cli_float(cmd, f, v, 0.0, 100.0, &d)) return -1;
-            a->sampling.temperature = (float)d;
-        } else if (!strcmp(f, "--top-k")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 0, 1 << 30, &n)) return -1;
-            a->sampling.top_k = (int)n;
-        } else if (!strcmp(f, "--top-p")) {
-            VALUE();
-            if (!cli_float(cmd, f, v, 0.0, 1.0, &d)) return -1;
-            a->sampling.top_p = (float)d;
-        } else if (!strcmp(f, "--min-p")) {
-            VALUE();
-            if (!cli_float(cmd, f, v, 0.0, 1.0, &d)) return -1;
-            a->sampling.min_p = (float)d;
-        } else if (!strcmp(f, "--seed")) {
-            VALUE();
-            if (!cli_u64(cmd, f, v, &a->sampling.seed)) return -1;
-        } else if (!strcmp(f, "--cache-type")) {
-            VALUE();
-            if (!cli_cache_type(cmd, v, &a->sopts.cache_type)) return -1;
-        } else if (!strcmp(f, "--simd")) {
-            VALUE();
-            if (!cli_simd(cmd, v, &a->simd)) return -1;
-        } else {
+        if (pr == 0) {
             cli_error(cmd, "unknown option '%s' (see promptkv run --help)", f);
             return -1;
         }
-#undef VALUE
     }
-    if (!a->model_path) {
+    a->sopts.n_threads = a->engine.n_threads;
+    if (a->engine.n_batch) a->sopts.n_batch = a->engine.n_batch;
+    a->sopts.cache_type = a->engine.cache_type;
+    if (!a->engine.model_path) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;
     }
@@ -204,7 +174,7 @@ int cmd_run(int argc, char **argv) {
 
     pkv_press_cfg *press = press_args_build(&a.press, "run");
     if (!press) return EXIT_USAGE;
-    pkv_model *model = cli_load_model("run", a.model_path, a.simd);
+    pkv_model *model = cli_load_model("run", a.engine.model_path, a.engine.simd);
     char *context = model ? read_text_arg("run", a.prompt, a.prompt_file) : NULL;
     char *question = context ? read_text_arg("run", a.question, a.question_file) : NULL;
     pkv_session *s = NULL;
