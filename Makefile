@@ -8,6 +8,8 @@
 #   make bench      re-run the measurements of docs/performance.md and docs/compression.md
 #                   (long; LLAMA_BENCH=path/to/llama-bench for the llama.cpp comparisons)
 #   make fuzz-request  libFuzzer target for the server's request parsing (clang)
+#   make fuzz-tokenizer, make fuzz-chat  libFuzzer targets for the tokenizers and the chat formatter (clang)
+#   make fuzz-http     libFuzzer target for the server's HTTP framing checks (clang)
 #   make deps       Debian packages the server needs (tools/install-deps.sh; run by make)
 
 CC      ?= gcc
@@ -69,6 +71,8 @@ $(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv_eval.a $(1)/lib
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/gguf-edit: $(1)/tools/gguf-edit.o $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 endef
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -89,13 +93,14 @@ $(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz fuzz-request deps clean demo bench
+.PHONY: all lib cli tests run test model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
 all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
 deps:
 	@tools/install-deps.sh
 lib: $(BUILD)/libpromptkv.a
 cli: $(BUILD)/promptkv
-tests: $(BUILD)/test_runner $(BUILD)/san/test_runner
+# the CLI under ASan + UBSan and gguf-edit: the mutated-model property test (tests/mutate-test.sh)
+tests: $(BUILD)/test_runner $(BUILD)/san/test_runner $(BUILD)/san/promptkv $(BUILD)/gguf-edit
 
 # models by name (tools/install-model.sh): the file each name installs
 NAME          ?= qwen2.5-coder-0.5b-instruct
@@ -142,8 +147,15 @@ $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc
 $(FUZZ_GCC_OBJS): FUZZ_LIB_FLAGS =
 fuzz-request: $(BUILD)/fuzz_request
-$(BUILD)/fuzz_request: fuzz/fuzz_request.c $(BUILD)/fuzz/libpromptkv_server.a $(BUILD)/fuzz/libpromptkv.a
+fuzz-http: $(BUILD)/fuzz_http
+$(BUILD)/fuzz_request $(BUILD)/fuzz_http: $(BUILD)/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libpromptkv_server.a \
+                                         $(BUILD)/fuzz/libpromptkv.a
 	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm $(SERVER_LIBS)
+# the tokenizers (SPM and BPE) and the chat formatter with prompt assembly, on the whole library
+fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+fuzz-chat: $(BUILD)/fuzz_chat
+$(BUILD)/fuzz_tokenizer $(BUILD)/fuzz_chat: $(BUILD)/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libpromptkv.a
+	clang $(CFLAGS_COMMON) $(FUZZ_FLAGS) -fno-sanitize-recover=undefined $^ -o $@ -lm
 
 clean:
 	rm -rf $(BUILD)

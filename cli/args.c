@@ -103,13 +103,20 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
         cli_error(cmd, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
+    /* read in growing steps up to one byte past the cap, so an endless
+     * source (/dev/zero, a pipe that never ends) is refused, not swallowed */
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
+    bool too_big = false;
     while (buf) {
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (n < cap) break;
-        cap *= 2;
+        if (n > CLI_MAX_TEXT_FILE) {
+            too_big = true;
+            break;
+        }
+        cap = cap * 2 > CLI_MAX_TEXT_FILE ? CLI_MAX_TEXT_FILE + 1 : cap * 2;
         char *nb = realloc(buf, cap + 1);
         if (!nb) {
             free(buf);
@@ -120,9 +127,14 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     }
     int failed = ferror(f);
     fclose(f);
+    if (too_big) {
+        free(buf);
+        cli_error(cmd, "%s is larger than the %d MiB limit for a text file", path, (int)(CLI_MAX_TEXT_FILE >> 20));
+        return NULL;
+    }
     if (!buf || failed) {
         free(buf);
-        cli_error(cmd, "cannot read %s", path);
+        cli_error(cmd, "cannot read %s%s", path, buf ? "" : ": out of memory");
         return NULL;
     }
     buf[n] = '\0';

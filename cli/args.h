@@ -27,7 +27,12 @@ bool cli_float(const char *cmd, const char *flag, const char *s, double lo, doub
 /* Sizes like 512M, 8G, 1024 (bytes). */
 bool cli_size(const char *cmd, const char *flag, const char *s, uint64_t *out);
 
-/* Reads a whole file into a NUL-terminated buffer; NULL and an error printed on failure. */
+/* The largest text file -f, --question-file and the like read: 64 MiB, some
+ * 16 million tokens, far beyond any context (docs/input-limits.md). */
+#define CLI_MAX_TEXT_FILE ((size_t)64 << 20)
+
+/* Reads a whole file into a NUL-terminated buffer; NULL and an error printed
+ * on failure or past CLI_MAX_TEXT_FILE. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
 
 bool cli_simd(const char *cmd, const char *s, pkv_simd *out);

@@ -738,8 +738,27 @@ static int report(const eval_args *a, const char *name, const char *command) {
     return 0;
 }
 
+/* What is in results.jsonl besides this run's lines, on stderr: a line that
+ * is not a result (recomputed) and lines of keys the plan does not produce
+ * (kept, not run), each named by its line. */
+static void warn_check(const char *results, const pkv_jsonl_check_report *rep) {
+    if (rep->corrupt == 1)
+        fprintf(stderr, "eval: warning: %s line %d is not a valid result line; its result will be computed again\n",
+                results, rep->first_corrupt);
+    else if (rep->corrupt > 1)
+        fprintf(stderr,
+                "eval: warning: %s: %d lines are not valid result lines (the first is line %d); their results will "
+                "be computed again\n",
+                results, rep->corrupt, rep->first_corrupt);
+    if (rep->outside > 0)
+        fprintf(stderr,
+                "eval: warning: %s: %d line%s of results this plan does not produce (the first is line %d, '%s'): "
+                "kept in the file and the report, not run\n",
+                results, rep->outside, rep->outside > 1 ? "s" : "", rep->first_outside, rep->first_outside_key);
+}
+
 /* Rank 0 before the sweep: start over or pick up what an earlier run left. */
-static int prepare_dir(const eval_args *a, const char *name, const char *command) {
+static int prepare_dir(const eval_args *a, const char *name, const char *command, const pkv_eval_plan *plan) {
     char results[4096], part[4200];
     path_in(results, sizeof results, a->out_dir, "results.jsonl");
     if (make_dir(a->out_dir)) return -1;
@@ -767,6 +786,12 @@ static int prepare_dir(const eval_args *a, const char *name, const char *command
         if (access(part, F_OK) == 0) rc = pkv_jsonl_merge(results, part, &keys, &err);
     }
     pkv_key_set_free(&keys);
+    /* every line must be this run's: a corrupt one is named, another run's refused */
+    pkv_jsonl_check_report rep;
+    pkv_eval_run_id run = {name, a->chat == 1};
+    if (rc == 0) rc = pkv_jsonl_check(results, plan, &run, &keys, &rep, &err);
+    pkv_key_set_free(&keys);
+    if (rc == 0) warn_check(results, &rep);
     if (rc) cli_error("eval", "%s", err.msg);
     return rc;
 }
@@ -858,14 +883,17 @@ int cmd_eval(int argc, char **argv) {
     }
     if (a.chat < 0) a.chat = pkv_model_has_chat_template(model) ? 1 : 0;
     /* rank 0 prepares the directory; everyone then reads what is done */
-    int status = rk.rank == 0 ? (prepare_dir(&a, name, command) ? 1 : 0) : 0;
+    int status = rk.rank == 0 ? (prepare_dir(&a, name, command, &plan) ? 1 : 0) : 0;
     if (ranks_max(status)) {
         exit_code = EXIT_RUNTIME;
         goto done;
     }
+    /* this run's lines of this plan (rank 0 has warned about the others) */
     pkv_key_set done_keys = {0};
     pkv_error err;
-    status = pkv_jsonl_load_keys(results, &done_keys, &err) ? 1 : 0;
+    pkv_jsonl_check_report check;
+    pkv_eval_run_id run = {name, a.chat == 1};
+    status = pkv_jsonl_check(results, &plan, &run, &done_keys, &check, &err) ? 1 : 0;
     if (status) cli_error("eval", "%s", err.msg);
 
     int n_units;
@@ -898,6 +926,7 @@ int cmd_eval(int argc, char **argv) {
         .rank = rk.rank,
         .n_ranks = rk.size,
         .done = &done_keys,
+        .run = run,
         .progress = on_progress,
         .user = &ps,
         .stop = &g_stop,

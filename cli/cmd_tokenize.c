@@ -57,13 +57,12 @@ int cmd_tokenize(int argc, char **argv) {
     }
     const char *src = text ? text : prompt;
     if (!text) len = strlen(prompt);
-    int cap = (int)(len < (size_t)1 << 28 ? len + 16 : (size_t)1 << 28);
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int32_t *ids = NULL;
+    int n = 0, cap = 0;
     pkv_error err;
-    int n = ids ? pkv_tokenize(m, src, len, add_special, parse_special, ids, cap, &err) : -1;
     int rc = 0;
-    if (n < 0 || n > cap) {
-        cli_error(cmd, "%s", n < 0 && ids ? err.msg : "text too long");
+    if (pkv_tokenize_append(m, src, len, add_special, parse_special, &ids, &n, &cap, &err) < 0) {
+        cli_error(cmd, "%s", err.msg);
         rc = EXIT_RUNTIME;
     } else if (pieces) {
         char piece[512];

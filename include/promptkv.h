@@ -28,7 +28,8 @@ typedef enum {
     PKV_ERR_LIMIT,       /* a limit was exceeded (context length, memory cap) */
     PKV_ERR_NOMEM,       /* an allocation failed */
     PKV_ERR_INTERRUPTED, /* the caller asked to stop */
-    PKV_ERR_INTERNAL
+    PKV_ERR_INTERNAL,
+    PKV_ERR_NUMERIC      /* a computation gave no finite number (NaN or infinite logits: a corrupt model) */
 } pkv_status;
 
 typedef struct {
@@ -116,6 +117,14 @@ uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, int elem_
  * returned so the caller can retry with a larger buffer. */
 int pkv_tokenize(const pkv_model *model, const char *text, size_t text_len, bool add_special,
                  bool parse_special, int32_t *tokens, int max_tokens, pkv_error *err);
+
+/* pkv_tokenize into a buffer it grows, for callers that cannot bound the
+ * count (byte fallback gives up to three ids per input byte): appends the
+ * ids of the text to *tokens, which holds *n_tokens ids in room for
+ * *capacity (NULL, 0, 0 to start; free() it). Returns the number of ids
+ * appended, or -1 (the buffer is then unchanged but may have grown). */
+int pkv_tokenize_append(const pkv_model *model, const char *text, size_t text_len, bool add_special,
+                        bool parse_special, int32_t **tokens, int *n_tokens, int *capacity, pkv_error *err);
 
 /* The bytes a token stands for (byte tokens become their byte, SPM "▁" a
  * space). Returns the length written (not NUL-terminated), or -1 if the token
@@ -391,7 +400,17 @@ typedef struct pkv_sampler pkv_sampler;
 
 pkv_sampler *pkv_sampler_new(const pkv_sampler_params *params, int n_vocab);
 void pkv_sampler_free(pkv_sampler *sampler);
-int32_t pkv_sample(pkv_sampler *sampler, const float *logits);
+/* The next token from n_vocab logits. Total over non-finite values: NaN is
+ * never chosen (it ranks below every number), -inf has probability 0, and
+ * +inf logits, when present, share all the probability. A step without one
+ * finite logit returns -1 with PKV_ERR_NUMERIC, "non-finite logits at step
+ * N" (N counts the tokens this sampler has drawn, from 0). */
+int32_t pkv_sample(pkv_sampler *sampler, const float *logits, pkv_error *err);
+
+/* The greedy choice under the sampler's total order (NaN below every number,
+ * then -inf < finite < +inf; ties: the lower id), or -1 when no logit is
+ * finite (a step with nothing to choose from: NaN and infinities only). */
+int32_t pkv_logits_argmax(const float *logits, int n);
 
 /* ---------------------------------------------------------------- requests */
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Command-line tests: bad input must give a one-line error naming the problem
-# and a non-zero exit code, never a crash. usage: tests/cli-test.sh PROMPTKV
+# and a non-zero exit code, never a crash. usage: tests/cli-test.sh PROMPTKV [GGUF_EDIT]
 set -u
 bin=${1:-build/promptkv}
+edit=${2:-$(dirname "$bin")/gguf-edit}
 tiny=tests/fixtures/models/tiny-llama-f32.gguf
 gemma=models/gemma-3-270m-q4_k_m.gguf
 tmp=$(mktemp -d)
@@ -69,6 +70,48 @@ expect truncated_model 1 "truncated.gguf" -- "$bin" run -m "$tmp/truncated.gguf"
 expect wrong_magic 1 "magic" -- "$bin" info "$tmp/magic.gguf"
 : > "$tmp/empty.gguf"
 expect empty_model 1 "empty.gguf" -- "$bin" info "$tmp/empty.gguf"
+
+# a FIFO as the model: refused at once (opening it must not wait for a writer)
+mkfifo "$tmp/fifo.gguf"
+expect model_fifo 1 "fifo.gguf: not a regular file \(a model must be a GGUF file, not a pipe\)" -- \
+    timeout 10 "$bin" run -m "$tmp/fifo.gguf" -p hi
+expect info_fifo 1 "not a regular file" -- timeout 10 "$bin" info "$tmp/fifo.gguf"
+expect model_directory 1 "not a regular file \(a model must be a GGUF file, not a directory\)" -- \
+    "$bin" run -m "$tmp" -p hi
+
+# prompt files: an endless one is refused at the cap; a pipe is still read
+expect prompt_file_dev_zero 1 "/dev/zero is larger than the 64 MiB limit for a text file" -- \
+    timeout 30 "$bin" run -m "$tiny" -f /dev/zero -n 1
+expect tokenize_file_dev_zero 1 "/dev/zero is larger than the 64 MiB limit" -- \
+    timeout 30 "$bin" tokenize -m "$tiny" -f /dev/zero
+expect_out prompt_file_from_pipe '[0-9]+ [0-9]+' -- sh -c "printf 'Hello world' | \"$bin\" tokenize -m \"$tiny\" -f /dev/stdin"
+
+# more ids than bytes: each invalid UTF-8 byte is U+FFFD for the byte-level BPE,
+# three byte characters that this vocabulary never merges, so 518 bytes give
+# 3 x 518 = 1554 ids (the id buffer used to hold the byte count + 16)
+head -c 518 /dev/zero | tr '\0' '\377' > "$tmp/ff.txt"
+count=$("$bin" tokenize -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" | wc -w)
+if [ "$count" = 1554 ]; then pass=$((pass + 1)); echo "ok   cli_tokenize_three_ids_per_byte"
+else fail=$((fail + 1)); echo "FAIL cli_tokenize_three_ids_per_byte: $count ids, want 1554"; fi
+expect_out run_three_ids_per_byte '.' -- sh -c "\"$bin\" run -m tests/fixtures/models/tiny-qwen2-f32.gguf \
+    -f \"$tmp/ff.txt\" -c 2048 -n 1 2>&1 >/dev/null | grep 'prompt tokens: *1554'"
+
+# NaN weights pass the load checks; every step's logits are NaN: a clean
+# error naming the step in every sampling mode, never a token
+"$edit" "$tiny" "$tmp/nan.gguf" --fill output_norm.weight nan
+expect nan_logits_greedy 1 "non-finite logits at step 0" -- "$bin" run -m "$tmp/nan.gguf" -p hi -n 4
+expect nan_logits_temp 1 "non-finite logits at step 0" -- "$bin" run -m "$tmp/nan.gguf" -p hi -n 4 --temp 1
+expect nan_logits_top_k 1 "non-finite logits at step 0" -- "$bin" run -m "$tmp/nan.gguf" -p hi --temp 1 --top-k 5
+expect nan_logits_top_p 1 "non-finite logits at step 0" -- "$bin" run -m "$tmp/nan.gguf" -p hi --temp 1 --top-p 0.9
+expect nan_logits_min_p 1 "non-finite logits at step 0" -- "$bin" run -m "$tmp/nan.gguf" -p hi --temp 1 --min-p 0.1
+
+# float metadata: refused naming the key
+"$edit" "$tiny" "$tmp/eps.gguf" --set llama.attention.layer_norm_rms_epsilon f32 -1e-5
+expect negative_rms_eps 1 "key llama.attention.layer_norm_rms_epsilon = -1e-05 must be > 0" -- \
+    "$bin" run -m "$tmp/eps.gguf" -p hi --temp 1
+"$edit" "$tiny" "$tmp/bos.gguf" --set tokenizer.ggml.bos_token_id u32 512
+expect bos_outside_vocabulary 1 "tokenizer.ggml.bos_token_id = 512 is outside the vocabulary \[0, 512\)" -- \
+    "$bin" info "$tmp/bos.gguf"
 
 # crafted bad files (tools/make-bad-fixtures.py)
 expect unknown_arch 1 "unsupported architecture 'mamba'" -- "$bin" info tests/fixtures/bad/unknown-arch.gguf

@@ -134,6 +134,47 @@ check resume_no_torn_line [ "$(grep -c '"task":"niah_si"' "$tmp/killed/results.j
 "$bin" "${args[@]}" -o "$tmp/killed" --resume > "$tmp/again.log" 2>&1
 check resume_finished grep -q '36 already done' "$tmp/again.log"
 
+# ---------------------------------------------------------------- 2b. results that are not this run's
+# a task too big for its length fails before the first line (niah_single_1 would run first)
+"$bin" eval -m "$model" --tasks niah_single_1,vt --lengths 400 --samples 2 --press snapkv --budgets 48 \
+    --window 16 -t 1 -o "$tmp/nofit" > /dev/null 2> "$tmp/nofit.err"
+check fit_checked_first [ $? = 1 ]
+check fit_checked_message grep -q 'error: before the run: vt does not fit in 400 tokens' "$tmp/nofit.err"
+check fit_checked_no_lines [ ! -s "$tmp/nofit/results.jsonl" ]
+# a corrupt line in the middle: named, recomputed, same results
+cp -r "$tmp/straight" "$tmp/corrupt"
+sed -i '10s/.*/{"key": broken/' "$tmp/corrupt/results.jsonl"
+"$bin" "${args[@]}" -o "$tmp/corrupt" --resume > /dev/null 2> "$tmp/corrupt.err"
+check corrupt_line_run [ $? = 0 ]
+check corrupt_line_named grep -q 'warning: .*results.jsonl line 10 is not a valid result line' "$tmp/corrupt.err"
+check corrupt_line_recomputed same_results "$tmp/straight" "$tmp/corrupt"
+# a valid line of another run (another seed, model or chat setting): refused, naming the line
+for what in seed model chat; do
+    cp -r "$tmp/straight" "$tmp/foreign_$what"
+    case $what in
+    seed) sed -i '5s/"seed":"[0-9a-f]*"/"seed":"0123456789abcdef"/' "$tmp/foreign_$what/results.jsonl" ;;
+    model) sed -i '5s/"model":"tiny-gemma3-f32"/"model":"another-model"/' "$tmp/foreign_$what/results.jsonl" ;;
+    chat) sed -i '5s/"chat":false/"chat":true/' "$tmp/foreign_$what/results.jsonl" ;;
+    esac
+    "$bin" "${args[@]}" -o "$tmp/foreign_$what" --resume > /dev/null 2> "$tmp/foreign.err"
+    code=$?
+    if [ "$code" = 1 ] && grep -q "results.jsonl line 5 (.*) is from another run: .*$what" "$tmp/foreign.err" &&
+        [ "$(grep -c error "$tmp/foreign.err")" = 1 ]; then
+        ok "foreign_line_$what"
+    else
+        bad "foreign_line_$what" "exit $code: $(cat "$tmp/foreign.err")"
+    fi
+done
+# a line of a key this plan does not produce (an earlier plan of the run): kept, named, not run
+cp -r "$tmp/straight" "$tmp/outside"
+sed -n '3s/"key":"\([^"]*\)"/"key":"\1-elsewhere"/p' "$tmp/straight/results.jsonl" >> "$tmp/outside/results.jsonl"
+"$bin" "${args[@]}" -o "$tmp/outside" --resume > "$tmp/outside.log" 2>&1
+check outside_key_run [ $? = 0 ]
+check outside_key_named grep -q 'warning: .*: 1 line of results this plan does not produce (the first is line 37' \
+    "$tmp/outside.log"
+check outside_key_kept [ "$(lines "$tmp/outside/results.jsonl")" = 37 ]
+check outside_key_nothing_run grep -q '36 already done' "$tmp/outside.log"
+
 # ---------------------------------------------------------------- 3. MPI
 # the given MPI build, or the binary under test itself when it was built with make MPI=1
 if { [ -z "$mpi_bin" ] || [ ! -x "$mpi_bin" ]; } && ldd "$bin" 2> /dev/null | grep -q libmpi; then mpi_bin=$bin; fi

@@ -2,7 +2,8 @@
 # Runs every test suite and ends with one line "N passed, N failed" (the sum).
 #   1. unit tests under ASan + UBSan (everything but the real-model tests)
 #   2. all tests in the optimised build, real-model tests included
-#   3. command-line tests (exit codes and messages on bad input)
+#   3. command-line tests (exit codes and messages on bad input), and every metadata
+#      mutation of the fixture models through the ASan + UBSan CLI (tests/mutate-test.sh)
 #   4. the HTTP server with the OpenAI client (tests/server-test.sh)
 #   5. promptkv eval on a tiny model: smoke, kill -9 + resume, MPI when build/mpi/promptkv exists
 # Run from the repository root after `make tests model`.
@@ -45,6 +46,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 run_suite "unit (asan+ubsan)" "$BUILD/san/test_runner" --exclude real_ --exclude slow_
 run_suite "all (optimised)" "$BUILD/test_runner"
 run_suite "cli" tests/cli-test.sh "$BUILD/promptkv"
+run_suite "mutated models (asan+ubsan)" tests/mutate-test.sh "$BUILD/san/promptkv" "$BUILD/gguf-edit"
 run_suite "server" tests/server-test.sh "$BUILD/promptkv"
 run_suite "eval smoke" tests/eval-smoke.sh "$BUILD/promptkv" "$BUILD/mpi/promptkv"
 

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -360,6 +361,24 @@ def test_errors(s):
              "unsupported_value", "messages[0].content")
     error_of(*s.post(c, {"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]}), 400,
              "invalid_value", "messages")  # Gemma's template needs alternating roles
+    # tools and formats are refused by both endpoints, not ignored
+    for field, value in [("tools", [{"type": "function", "function": {"name": "f"}}]), ("tool_choice", "auto"),
+                         ("functions", [{"name": "f"}]), ("function_call", "auto"),
+                         ("response_format", {"type": "json_object"})]:
+        error_of(*s.post(p, {"prompt": "hi", field: value}), 400, "unsupported_parameter", field)
+        error_of(*s.post(c, {"messages": [{"role": "user", "content": "x"}], field: value}), 400,
+                 "unsupported_parameter", field)
+    check(s.post(p, {"prompt": "hi", "max_tokens": 1, "response_format": {"type": "text"}, "tools": []})[0] == 200,
+          "neutral tools and response_format accepted")
+    # a message's content is required (OpenAI allows it absent or null only beside tool calls, refused here)
+    for msg in [{"role": "user"}, {"role": "user", "content": None}, {"role": "system", "content": None},
+                {"role": "assistant"}]:
+        msgs = [msg] if msg["role"] == "user" else [msg, {"role": "user", "content": "x"}]
+        error_of(*s.post(c, {"messages": msgs}), 400, "missing_field", "messages[0].content")
+    error_of(*s.post(c, {"messages": [{"role": "user", "content": "x"},
+                                      {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}]}),
+             400, "unsupported_parameter", "messages[1].tool_calls")
+    check(s.post(c, {"messages": [{"role": "user", "content": ""}], "max_tokens": 1})[0] == 200, "empty content")
     # paths and methods
     status, _, payload = s.request("GET", "/v1/nothing")
     error_of(status, json.loads(payload), 404, "unknown_url")
@@ -385,6 +404,110 @@ def test_body_limit(s):
     resp = conn.getresponse()
     error_of(resp.status, json.loads(resp.read()), 413, "request_too_large")
     conn.close()
+
+
+def raw_http(port, data, half_close=False, timeout=30):
+    """Sends bytes as they are and reads until the server closes."""
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
+def parse_response(raw):
+    """(status, headers, body) of the final response, after any interim 1xx ones; checks the framing."""
+    interim = 0
+    while raw.startswith(b"HTTP/1.1 1"):
+        head, _, raw = raw.partition(b"\r\n\r\n")
+        interim += 1
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    check(sep, f"no complete response: {raw[:200]!r}")
+    lines = head.decode("latin-1").split("\r\n")
+    check(re.fullmatch(r"HTTP/1\.1 \d{3} [A-Za-z ]+", lines[0]) is not None, f"status line {lines[0]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        check(len(body) == int(headers["content-length"]), f"body of {len(body)} bytes, Content-Length {headers}")
+    check(re.match(rb"HTTP/\d\.\d \d{3} ", body) is None, "a second status line after the response")
+    return int(lines[0].split()[1]), headers, body, interim
+
+
+def http_error(port, data, want_status, want_code, want_in_message=None):
+    status, headers, body, _ = parse_response(raw_http(port, data))
+    check(headers.get("content-type") == "application/json", f"{want_status}: content type {headers}")
+    check(headers.get("connection") == "close", f"{want_status}: the connection is not closed {headers}")
+    err = error_of(status, json.loads(body), want_status, want_code)
+    if want_in_message:
+        check(want_in_message in err["message"], err["message"])
+
+
+def test_http_framing_errors(s):
+    """Errors below the JSON layer: each an OpenAI error object, one status line, Connection: close."""
+    port = s.port
+    body = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+    post = b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    http_error(port, b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n", 431,
+               "headers_too_large")
+    http_error(port, b"GET /health HTTP/1.1\r\nHost: t\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431,
+               "headers_too_large")
+    http_error(port, post + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", 400, "malformed_request",
+               "hexadecimal")
+    http_error(port, post + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n", 400, "malformed_request",
+               "CRLF")
+    http_error(port, post + b"Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\nabc\r\n0\r\n\r\n", 413,
+               "request_too_large")
+    http_error(port, post + b"Transfer-Encoding: chunked\r\n\r\n10001\r\nabc", 413, "request_too_large")  # > 64K
+    http_error(port, post + b"Content-Length: -1\r\n\r\n", 400, "malformed_request", "'-1'")
+    http_error(port, post + b"Content-Length: abc\r\n\r\n", 400, "malformed_request", "'abc'")
+    http_error(port, post + b"Content-Length: 99999999999999999999999\r\n\r\n", 413, "request_too_large")
+    # two Content-Length fields that disagree (RFC 9112 §6.3: a smuggling risk behind a proxy)
+    http_error(port, post + b"Content-Length: 5\r\nContent-Length: %d\r\n\r\n" % len(body) + body, 400,
+               "malformed_request", "conflicting Content-Length")
+    http_error(port, post + b"Content-Length: 5, %d\r\n\r\n" % len(body) + body, 400, "malformed_request",
+               "conflicting")
+    http_error(port, post + b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+               "malformed_request", "both Content-Length and Transfer-Encoding")
+    http_error(port, post + b"Transfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding", "gzip")
+    http_error(port, b"GET /health HTTP/2.0\r\nHost: t\r\n\r\n", 505, "http_version_not_supported")
+    http_error(port, b"GET /health HTTP/1.1\r\n\r\n", 400, "malformed_request", "Host")
+    http_error(port, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "malformed_request", "Host")
+    http_error(port, b"GET /health HTTP/1.1\nHost: t\n\n", 400, "malformed_request", "bare LF")
+    http_error(port, b"GET /health HTTP/1.1\r\nHost: t\r\nX-A: b\r\n  folded\r\n\r\n", 400, "malformed_request",
+               "folding")
+    http_error(port, b"GET /health HTTP/1.1\r\nHost : t\r\n\r\n", 400, "malformed_request", "colon")
+    http_error(port, b"\x00\x01\x02 hello\r\n\r\n", 400, "malformed_request")
+    http_error(port, b"GET /health\r\n\r\n", 400, "malformed_request")
+    http_error(port, post + b"Expect: something\r\nContent-Length: 2\r\n\r\n{}", 417, "unsupported_expectation")
+    # what is allowed still works: equal duplicate lengths, chunks with extensions and trailers, HTTP/1.0,
+    # Expect: 100-continue (answered with an interim 100 first)
+    status, _, out, _ = parse_response(raw_http(port, post + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+                                                % (len(body), len(body)) + body))
+    check(status == 200, f"equal duplicate Content-Length: {status} {out[:200]}")
+    chunked = b"%x;ext=1\r\n%s\r\n0\r\nX-Trailer: 1\r\n\r\n" % (len(body), body)
+    status, _, out, _ = parse_response(raw_http(port, post + b"Transfer-Encoding: chunked\r\n\r\n" + chunked))
+    check(status == 200 and json.loads(out)["object"] == "text_completion", f"chunked: {status} {out[:200]}")
+    status, _, out, _ = parse_response(raw_http(port, b"GET /health HTTP/1.0\r\n\r\n"))
+    check(status == 200 and json.loads(out) == {"status": "ok"}, f"HTTP/1.0: {status}")
+    status, _, out, interim = parse_response(raw_http(port, post + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+                                                      % len(body) + body))
+    check(status == 200 and interim >= 1, f"Expect: 100-continue: {status}, {interim} interim responses")
+    # a refusal is counted (the endpoint's 400 class) like any other error
+    key = 'promptkv_requests_total{endpoint="completions",status="400"}'
+    before = s.metrics()[key]
+    http_error(port, post + b"Content-Length: x\r\n\r\n", 400, "malformed_request")
+    check(s.metrics()[key] == before + 1, "a framing error counted once")
 
 
 def test_idle_client_timeout(s):
@@ -564,6 +687,60 @@ def test_real_disconnect_frees_slot(model):
         check(s.stop() == 0, "exit code")
 
 
+def test_real_half_close(model):
+    """A client that half-closes its socket after the request (HTTP/1.1 allows it) still gets its answer,
+    whole or streamed; one that closes it is still cancelled at once."""
+    s = Server(model, "--slots", "1", "--quiet")
+    try:
+        for stream in (False, True):
+            body = json.dumps({"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0,
+                               "stream": stream}).encode()
+            req = (b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+                   f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            raw = raw_http(s.port, req, half_close=True, timeout=120)
+            check(raw.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), f"no interim probe: {raw[:80]!r}")
+            status, _, out, _ = parse_response(raw)
+            check(status == 200, f"stream={stream}: status {status}")
+            if stream:
+                check(b"data: [DONE]" in out, "the stream ends")
+            else:
+                check(json.loads(out)["usage"]["completion_tokens"] == 40, f"whole answer: {out[:200]}")
+        # a client that closes (not half-closes) while its request runs: cancelled, the slot freed
+        cancelled = s.metrics()["promptkv_requests_cancelled_total"]
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0}).encode()
+        sock = socket.create_connection((HOST, s.port), timeout=60)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        check(wait_for(lambda: s.metrics()["promptkv_slots_busy"] == 1, 10), "request running")
+        sock.close()
+        check(wait_for(lambda: s.metrics()["promptkv_slots_busy"] == 0, 2.0), "slot not freed within 2 s")
+        check(s.metrics()["promptkv_requests_cancelled_total"] == cancelled + 1, "cancel counted")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_nan_model(tmpdir):
+    """A model whose logits are all NaN (NaN weights pass every load check): a 500 with OpenAI's error
+    shape naming the step, whole and streamed, never a token."""
+    edit = os.path.join(os.path.dirname(BIN), "gguf-edit")
+    if not os.path.exists(edit):
+        edit = "build/gguf-edit"
+    nan_model = os.path.join(tmpdir, "nan.gguf")
+    subprocess.run([edit, TINY, nan_model, "--fill", "output_norm.weight", "nan"], check=True)
+    s = Server(nan_model, "--quiet")
+    try:
+        for body in [{"prompt": "hi", "max_tokens": 4},
+                     {"prompt": "hi", "max_tokens": 4, "temperature": 0},
+                     {"prompt": "hi", "max_tokens": 4, "stream": True},
+                     {"prompt": "hi", "max_tokens": 4, "top_k": 5, "top_p": 0.9, "min_p": 0.1}]:
+            err = error_of(*s.post("/v1/completions", body), 500)
+            check(err["type"] == "server_error" and "non-finite logits at step 0" in err["message"], err)
+        err = error_of(*s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}), 500)
+        check("non-finite logits" in err["message"], err)
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
 def test_real_queue_full(model):
     s = Server(model, "--slots", "1", "--queue", "1", "--quiet")
     socks = []
@@ -665,7 +842,8 @@ def main():
                          ("stream_completion", test_stream_completion), ("stream_chat", test_stream_chat),
                          ("compression", test_compression), ("compression_chat_options", test_compression_chat_options),
                          ("seed", test_seed), ("max_tokens", test_max_tokens), ("errors", test_errors),
-                         ("body_limit", test_body_limit), ("idle_client_timeout", test_idle_client_timeout),
+                         ("body_limit", test_body_limit), ("http_framing_errors", test_http_framing_errors),
+                         ("idle_client_timeout", test_idle_client_timeout),
                          ("slow_client_timeout", test_slow_client_timeout),
                          ("concurrent_same_as_sequential", test_concurrent_same_as_sequential),
                          ("metrics", test_metrics)]:
@@ -674,6 +852,8 @@ def main():
         code = tiny.stop()
     run_test("sigterm_exit_code", check, code == 0, f"exit code {code}")
     run_test("default_press", test_default_press, TINY)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        run_test("nan_model", test_nan_model, tmpdir)
     run_test("kv_mem_too_big", test_kv_mem_too_big, TINY)
 
     if os.path.exists(REAL):
@@ -686,6 +866,7 @@ def main():
         run_test("real_exit_code", check, code == 0, f"exit code {code}")
         run_test("real_disconnect_frees_slot", test_real_disconnect_frees_slot, REAL)
         run_test("real_queue_full", test_real_queue_full, REAL)
+        run_test("real_half_close", test_real_half_close, REAL)
         run_test("real_kv_mem_waits", test_real_kv_mem_waits, REAL)
         run_test("real_sigterm_drains", test_real_sigterm_drains, REAL)
     else:

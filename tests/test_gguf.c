@@ -1019,13 +1019,15 @@ TEST(gguf_misaligned_offset_and_past_eof) {
                         "(160 bytes)");
     put_le(b.data + n.offset, UINT64_MAX - 31, 8); /* aligned; offset + nbytes overflows */
     EXPECT_FORMAT_ERROR(&b, "tensor 2 'n.weight': offset: 18446744073709551584", "past the end");
+    /* ggml requires dense offsets; any aligned in-bounds layout whose tensors
+     * do not share bytes is accepted (here: n.weight moved past a gap) */
     put_le(b.data + n.offset, 128, 8);
-    /* ggml requires dense offsets; we accept any aligned in-bounds offset */
-    put_le(b.data + n.offset, 0, 8);
     gguf_file f;
     OPEN_OK(&b, &f);
-    CHECK(f.tensors[2].data == f.tensors[0].data);
     gguf_close(&f);
+    /* n.weight on top of tensor 0: two tensors, one region */
+    put_le(b.data + n.offset, 0, 8);
+    EXPECT_FORMAT_ERROR(&b, "tensor 2 'n.weight': offset: data [0, 6) overlaps tensor", NULL);
     free(b.data);
 }
 
@@ -1163,6 +1165,12 @@ TEST(gguf_open_io_errors) {
     const char *dir = getenv("TMPDIR");
     CHECK(gguf_open(&f, dir && *dir ? dir : P_tmpdir, &err) == -1 && err.code == PKV_ERR_IO &&
           strstr(err.msg, "not a regular file"));
+    /* a FIFO with no writer: refused at once, never waited on */
+    temp_path(path, sizeof path, "fifo.gguf");
+    REQUIRE(mkfifo(path, 0600) == 0);
+    int frc = gguf_open(&f, path, &err);
+    remove(path);
+    CHECK(frc == -1 && err.code == PKV_ERR_IO && strstr(err.msg, "not a regular file") && strstr(err.msg, "pipe"));
     temp_path(path, sizeof path, "empty.gguf");
     FILE *fp = fopen(path, "wb");
     REQUIRE(fp != NULL);

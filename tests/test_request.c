@@ -109,7 +109,7 @@ TEST(request_agnostic_matches_session_calls) {
     int n = 0;
     bool same = true;
     for (; n < 12; n++) {
-        int32_t tok = pkv_sample(smp, pkv_logits(h));
+        int32_t tok = pkv_sample(smp, pkv_logits(h), &err);
         if (pkv_token_is_eog(m, tok)) break;
         same = same && n < got.n && got.tokens[n] == tok;
         if (n + 1 < 12) REQUIRE(pkv_decode(h, tok, &err) == 0);

@@ -159,6 +159,16 @@ static bool encode_is(const pkv_tokenizer *tok, const char *text, size_t len, bo
 #define ENCODE_IS(tok, text, as, ps, ...)                                                          \
     CHECK(encode_is(tok, text, strlen(text), as, ps, __VA_ARGS__))
 
+/* Encoding fails with a message containing want (a byte without a token). */
+static bool encode_fails(const pkv_tokenizer *tok, const char *text, bool parse_special, const char *want) {
+    int32_t got[64];
+    pkv_error err = {0};
+    int n = pkv_tokenizer_encode(tok, text, strlen(text), false, parse_special, got, 64, &err);
+    bool ok = n == -1 && err.code == PKV_ERR_UNSUPPORTED && strstr(err.msg, want);
+    if (!ok) printf("    encode(%s): n=%d, %s; want an error with \"%s\"\n", text, n, n < 0 ? err.msg : "", want);
+    return ok;
+}
+
 /* ---------------------------------------------------------------- unicode */
 
 TEST(tok_unicode_categories) {
@@ -364,8 +374,10 @@ TEST(tok_spm_merge_order) {
     ENCODE_IS(tok, "a a", false, false, IDS(S_A, S_SPA));
     /* byte fallback: é = C3 A9 */
     ENCODE_IS(tok, "\xc3\xa9", false, false, IDS(S_XC3, S_XA9));
-    /* a byte with no <0xXX> token falls back to the unknown token */
-    ENCODE_IS(tok, "z", false, false, IDS(S_UNK));
+    /* a byte with neither a <0xXX> token nor a one-byte token is an error naming
+     * it (llama.cpp's byte_to_token fails there too), never dropped or <unk> */
+    CHECK(encode_fails(tok, "z", false, "byte 0x7A has no token"));
+    CHECK(encode_fails(tok, "ab\xc3\xa9z", false, "byte 0x7A has no token"));
     ENCODE_IS(tok, "", false, false, NO_IDS);
     pkv_tokenizer_free(tok);
 }
@@ -383,9 +395,9 @@ TEST(tok_spm_space_prefix_and_bos) {
     ENCODE_IS(tok, "a<ctrl>a", false, true, IDS(S_SPA, S_CTRL, S_SPA));
     ENCODE_IS(tok, "a<ud>a", false, false, IDS(S_SPA, S_UD, S_SPA));
     /* parse_special off: "<ctrl>" is text; of its characters only "c" is a
-     * token, the others have no byte token either and become <unk> */
-    ENCODE_IS(tok, "<ctrl>", false, false,
-              IDS(S_SP, S_UNK, S_C, S_UNK, S_UNK, S_UNK, S_UNK));
+     * token, and '<' has no byte token either: an error naming it */
+    CHECK(encode_fails(tok, "<ctrl>", false, "byte 0x3C has no token"));
+    ENCODE_IS(tok, "<ctrl>", false, true, IDS(S_CTRL));
     pkv_tokenizer_free(tok);
 
     tok_vocab_desc d;
@@ -431,8 +443,16 @@ TEST(tok_bpe_merge_order) {
     ENCODE_IS(tok, "aaa", false, false, IDS(B_AA, B_A));
     /* " a" is one gpt-2 piece: U+0120 a */
     ENCODE_IS(tok, "a a", false, false, IDS(B_A, B_SPA));
-    /* a symbol with no token: its one-byte texts are looked up, "z" has none */
-    ENCODE_IS(tok, "az", false, false, IDS(B_A));
+    /* a byte whose byte-level character is not a token: an error naming it
+     * (llama.cpp drops it without a word) */
+    CHECK(encode_fails(tok, "az", false, "byte 0x7A has no token"));
+    CHECK(encode_fails(tok, "a\xc3\xa9", false, "byte 0xC3 has no token"));
+    /* a merge whose result is not in the vocabulary: its characters are taken one by one */
+    static const char *const orphan[] = {"a c"};
+    pkv_tokenizer *tok2 = bpe_vocab("gpt-2", orphan, 1);
+    REQUIRE(tok2);
+    ENCODE_IS(tok2, "ac", false, false, IDS(B_A, B_C));
+    pkv_tokenizer_free(tok2);
     /* BPE defaults: no BOS added unless the pre-tokenizer asks */
     CHECK(!pkv_tokenizer_add_bos(tok));
     pkv_tokenizer_free(tok);
@@ -786,12 +806,26 @@ TEST(tok_load_errors) {
     w = small_vocab_writer("llama");
     gguf_write_str(w, "tokenizer.ggml.bos_token_id", "1");
     check_load_error(w, PKV_ERR_FORMAT, "bos_token_id");
+    /* every special-token id outside the vocabulary (5 tokens) is refused, naming
+     * the key and the file, rather than silently replaced by a default */
+    static const char *const id_keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                                          "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.eot_token_id",
+                                          "tokenizer.ggml.eom_token_id", "tokenizer.ggml.padding_token_id"};
+    for (int i = 0; i < 6; i++) {
+        w = small_vocab_writer("llama");
+        gguf_write_u32(w, id_keys[i], i % 2 ? 5 : 99);
+        char want[96];
+        snprintf(want, sizeof want, "mem.gguf: %s = %d is outside the vocabulary [0, 5)", id_keys[i], i % 2 ? 5 : 99);
+        check_load_error(w, PKV_ERR_FORMAT, want);
+        w = small_vocab_writer("llama");
+        gguf_write_i32(w, id_keys[i], -1);
+        check_load_error(w, PKV_ERR_FORMAT, id_keys[i]);
+    }
 }
 
 TEST(tok_load_keys) {
     gguf_writer *w = small_vocab_writer("llama");
     gguf_write_u32(w, "tokenizer.ggml.bos_token_id", 4);
-    gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 99); /* out of range: default 2 stays */
     gguf_write_bool(w, "tokenizer.ggml.add_bos_token", false);
     gguf_write_bool(w, "tokenizer.ggml.add_space_prefix", false);
     mem_gguf m;

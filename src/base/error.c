@@ -35,6 +35,7 @@ const char *pkv_status_name(pkv_status code) {
     case PKV_ERR_NOMEM: return "out of memory";
     case PKV_ERR_INTERRUPTED: return "interrupted";
     case PKV_ERR_INTERNAL: return "internal error";
+    case PKV_ERR_NUMERIC: return "numeric error";
     }
     return "unknown";
 }

@@ -103,7 +103,11 @@ static void finish(pkv_generation *g, pkv_finish why) {
 static int step(pkv_generation *g, pkv_error *err) {
     const pkv_request *req = g->req;
     const float *logits = pkv_logits(g->session);
-    int32_t tok = pkv_sample(g->sampler, logits);
+    int32_t tok = pkv_sample(g->sampler, logits, err);
+    if (tok < 0) { /* no finite logit: an error, never a random token */
+        finish(g, PKV_FINISH_NONE);
+        return -1;
+    }
     bool eog = !req->ignore_eos && pkv_token_is_eog(g->model, tok);
     pkv_finish why = eog ? PKV_FINISH_END : PKV_FINISH_NONE;
     if (!eog) {

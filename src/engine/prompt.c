@@ -31,24 +31,7 @@ typedef struct {
 static int append(const pkv_model *m, token_list *t, const char *text, size_t len, bool add_special,
                   bool parse_special, pkv_error *err) {
     if (len == 0 && !add_special) return 0;
-    for (;;) {
-        int room = t->cap - t->n;
-        int n = pkv_tokenize(m, text, len, add_special, parse_special, t->ids + t->n, room, err);
-        if (n < 0) return -1;
-        if (n <= room) {
-            t->n += n;
-            return 0;
-        }
-        int cap = t->cap ? t->cap : 64;
-        while (cap - t->n < n) {
-            if (cap > (1 << 29)) return pkv_fail(err, PKV_ERR_LIMIT, "prompt: more than %d tokens", 1 << 29);
-            cap *= 2;
-        }
-        int32_t *g = realloc(t->ids, (size_t)cap * sizeof *g);
-        if (!g) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory tokenizing the prompt");
-        t->ids = g;
-        t->cap = cap;
-    }
+    return pkv_tokenize_append(m, text, len, add_special, parse_special, &t->ids, &t->n, &t->cap, err) < 0 ? -1 : 0;
 }
 
 /* The conversation to render: the parts' messages, or [system,] user, with

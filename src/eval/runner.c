@@ -248,13 +248,6 @@ static void log_softmax(const float *logits, int n, float *out) {
     for (int i = 0; i < n; i++) out[i] = (float)((double)logits[i] - lse);
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* KL(p || q) from log-probabilities */
 static double kl_div(const float *logp, const float *logq, int n) {
     double kl = 0.0;
@@ -277,7 +270,7 @@ typedef struct {
 static void agree_step(agree_acc *a, int step, const float *logits) {
     pkv_eval_runner *r = a->r;
     log_softmax(logits, r->n_vocab, r->logp);
-    a->matched += argmax(logits, r->n_vocab) == r->full_tokens[step];
+    a->matched += pkv_logits_argmax(logits, r->n_vocab) == r->full_tokens[step];
     a->kl_sum += kl_div(r->full_logp + (size_t)step * r->n_vocab, r->logp, r->n_vocab);
 }
 

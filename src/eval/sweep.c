@@ -55,7 +55,8 @@ static void num_field(pkv_sbuf *b, const char *key, double v) {
     pkv_json_num(b, v);
 }
 
-char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint64_t seed, const pkv_eval_result *r) {
+char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint64_t seed, const pkv_eval_run_id *run,
+                        const pkv_eval_result *r) {
     const pkv_eval_config *c = r->config;
     char key[512];
     pkv_eval_row_key(u, r->mode, c, key, sizeof key);
@@ -67,7 +68,9 @@ char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint6
     num_field(&b, "length", u->length);
     num_field(&b, "sample", u->sample);
     num_field(&b, "depth", item->depth);
-    pkv_sbuf_printf(&b, ",\"seed\":\"%016llx\",\"mode\":", (unsigned long long)seed);
+    pkv_sbuf_printf(&b, ",\"seed\":\"%016llx\",\"model\":", (unsigned long long)seed);
+    pkv_json_str(&b, run && run->model ? run->model : "");
+    pkv_sbuf_printf(&b, ",\"chat\":%s,\"mode\":", run && run->chat ? "true" : "false");
     pkv_json_str(&b, pkv_eval_mode_name(r->mode));
     pkv_sbuf_puts(&b, ",\"press\":");
     pkv_json_str(&b, c->press);
@@ -255,6 +258,108 @@ int pkv_jsonl_load_keys(const char *path, pkv_key_set *keys, pkv_error *err) {
     int rc = data ? each_line(data, len, add_key_line, keys) : 0;
     free(data);
     return rc ? pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading %s", path) : 0;
+}
+
+/* ---------------------------------------------------------------- checking a results file */
+
+typedef struct {
+    const char *key;
+    uint64_t seed; /* the item's seed this plan gives the key */
+} keyed_seed;
+
+static int cmp_keyed(const void *a, const void *b) {
+    return strcmp(((const keyed_seed *)a)->key, ((const keyed_seed *)b)->key);
+}
+
+typedef struct {
+    const pkv_eval_run_id *run;
+    keyed_seed *plan_keys;
+    long n_plan;
+    pkv_key_set *keys;
+    pkv_jsonl_check_report *rep;
+    pkv_error *err;
+    const char *path;
+    int line; /* 1-based, of the line being read */
+} check_ctx;
+
+static int check_line(check_ctx *c, const char *line, size_t len) {
+    c->line++;
+    pkv_json *row = pkv_json_parse(line, len);
+    const char *key = pkv_json_get_str(row, "key", NULL);
+    int rc = 0;
+    keyed_seed probe = {key, 0}, *hit = NULL;
+    if (!key) {
+        if (c->rep->corrupt++ == 0) c->rep->first_corrupt = c->line;
+    } else if (!(hit = bsearch(&probe, c->plan_keys, (size_t)c->n_plan, sizeof *hit, cmp_keyed))) {
+        if (c->rep->outside++ == 0) {
+            c->rep->first_outside = c->line;
+            snprintf(c->rep->first_outside_key, sizeof c->rep->first_outside_key, "%s", key);
+        }
+    } else {
+        const char *model = pkv_json_get_str(row, "model", NULL), *seed = pkv_json_get_str(row, "seed", "");
+        const pkv_json *chat = pkv_json_get(row, "chat");
+        char want_seed[24], why[256] = "";
+        snprintf(want_seed, sizeof want_seed, "%016llx", (unsigned long long)hit->seed);
+        if (model && strcmp(model, c->run->model))
+            snprintf(why, sizeof why, "model '%.60s' where this run's is '%.60s'", model, c->run->model);
+        else if (chat && chat->type == PKV_JSON_BOOL && (chat->num != 0) != c->run->chat)
+            snprintf(why, sizeof why, "the chat format %s where this run has it %s", chat->num != 0 ? "on" : "off",
+                     c->run->chat ? "on" : "off");
+        else if (strcmp(seed, want_seed))
+            snprintf(why, sizeof why, "item seed '%.20s' where this run's is '%s' (another --seed)", seed, want_seed);
+        if (why[0]) {
+            rc = pkv_fail(c->err, PKV_ERR_FORMAT,
+                          "%s line %d (%.160s) is from another run: %s (remove the line, or --force to start over)",
+                          c->path, c->line, key, why);
+        } else if (pkv_key_set_add(c->keys, key)) {
+            rc = pkv_fail(c->err, PKV_ERR_NOMEM, "out of memory reading %s", c->path);
+        }
+    }
+    pkv_json_free(row);
+    return rc;
+}
+
+int pkv_jsonl_check(const char *path, const pkv_eval_plan *plan, const pkv_eval_run_id *run, pkv_key_set *keys,
+                    pkv_jsonl_check_report *rep, pkv_error *err) {
+    memset(rep, 0, sizeof *rep);
+    char *data;
+    size_t len;
+    if (read_all(path, &data, &len, err)) return -1;
+    if (!data) return 0;
+    int n_units;
+    pkv_eval_unit *units = pkv_eval_plan_units(plan, &n_units);
+    long n = units ? (long)n_units * plan->n_modes * plan->n_configs : 0;
+    keyed_seed *pk = units ? malloc((size_t)(n > 0 ? n : 1) * sizeof *pk) : NULL;
+    char *storage = pk ? malloc((size_t)(n > 0 ? n : 1) * 512) : NULL;
+    int rc = 0;
+    if (!storage) {
+        rc = pkv_fail(err, PKV_ERR_NOMEM, "out of memory checking %s", path);
+        goto out;
+    }
+    long k = 0;
+    for (int u = 0; u < n_units; u++) {
+        pkv_eval_spec spec = {units[u].task, units[u].length, units[u].sample, units[u].depth, plan->base_seed};
+        uint64_t seed = pkv_eval_spec_seed(&spec);
+        for (int m = 0; m < plan->n_modes; m++)
+            for (int c = 0; c < plan->n_configs; c++, k++) {
+                pkv_eval_row_key(&units[u], plan->modes[m], &plan->configs[c], storage + k * 512, 512);
+                pk[k] = (keyed_seed){storage + k * 512, seed};
+            }
+    }
+    qsort(pk, (size_t)n, sizeof *pk, cmp_keyed);
+    check_ctx c = {run, pk, n, keys, rep, err, path, 0};
+    size_t start = 0;
+    for (size_t i = 0; i < len && rc == 0; i++) {
+        if (data[i] != '\n') continue;
+        rc = check_line(&c, data + start, i - start);
+        start = i + 1;
+    }
+out:
+    free(units);
+    free(pk);
+    free(storage);
+    free(data);
+    return rc;
 }
 
 /* Writes all of buf (retrying short writes). */
@@ -473,7 +578,7 @@ typedef struct {
 
 static int emit_row(void *user, const pkv_eval_result *res, pkv_error *err) {
     emit_ctx *e = user;
-    char *line = pkv_eval_row_json(e->unit, e->item, e->seed, res);
+    char *line = pkv_eval_row_json(e->unit, e->item, e->seed, &e->opts->run, res);
     if (!line) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory formatting a result line");
     int rc = pkv_jsonl_write(e->w, line, err);
     free(line);
@@ -497,6 +602,27 @@ static int *execution_order(const pkv_eval_unit *units, int n_units) {
         for (int u = 0; u < n_units; u++)
             if (units[u].sample == smp) order[n++] = u;
     return order;
+}
+
+/* Before the first line: every (task, length, depth) of the units fits its
+ * length, checked on the sample-0 draw that fixes each haystack's size (the
+ * fitter keeps the sizes for the sweep), so a task too big for a length
+ * fails at once rather than part-way through the run. */
+static int check_fits(const pkv_eval_plan *plan, const pkv_eval_unit *units, int n_units, pkv_eval_fitter *fitter,
+                      pkv_error *err) {
+    /* every (task, length, depth) has exactly one sample-0 unit */
+    for (int u = 0; u < n_units; u++) {
+        if (units[u].sample != 0) continue;
+        pkv_eval_spec spec = {units[u].task, units[u].length, 0, units[u].depth, plan->base_seed};
+        pkv_eval_item item;
+        if (pkv_eval_generate(fitter, &spec, &item, NULL, err)) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return pkv_fail(err, err->code, "before the run: %s", msg);
+        }
+        pkv_eval_item_free(&item);
+    }
+    return 0;
 }
 
 int pkv_eval_sweep(const pkv_eval_plan *plan, const pkv_eval_sweep_opts *opts, pkv_error *err) {
@@ -531,7 +657,8 @@ int pkv_eval_sweep(const pkv_eval_plan *plan, const pkv_eval_sweep_opts *opts, p
     pkv_eval_fitter_init(&fitter, pkv_eval_count_tokens, &tz);
     pkv_jsonl_writer w = {-1};
     int rc = 0;
-    if (prog.total > 0) {
+    if (prog.total > 0 && check_fits(plan, units, n_units, &fitter, err)) rc = -1;
+    if (rc == 0 && prog.total > 0) {
         runner = pkv_eval_runner_new(opts->model, &opts->runner, err);
         if (!runner || pkv_jsonl_open(&w, opts->rows_path, err)) rc = -1;
     }

@@ -57,8 +57,17 @@ pkv_eval_unit *pkv_eval_plan_units(const pkv_eval_plan *plan, int *n);
 /* The key of a result line: "task/length/sample[/d<depth>]/mode/<config describe>". */
 void pkv_eval_row_key(const pkv_eval_unit *u, pkv_eval_mode mode, const pkv_eval_config *c, char *buf, int len);
 
+/* What makes result lines one run's (run.json): the model's name and the
+ * chat setting, written into every line beside the item's seed, so a line
+ * copied from another run is recognised. */
+typedef struct {
+    const char *model;
+    bool chat;
+} pkv_eval_run_id;
+
 /* The JSON line (newline included) of a result. */
-char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint64_t seed, const pkv_eval_result *res);
+char *pkv_eval_row_json(const pkv_eval_unit *u, const pkv_eval_item *item, uint64_t seed, const pkv_eval_run_id *run,
+                        const pkv_eval_result *res);
 
 /* ---------------------------------------------------------------- the set of finished keys */
 
@@ -78,6 +87,24 @@ int pkv_key_set_add(pkv_key_set *s, const char *key); /* keeps it sorted; -1 on 
 int pkv_jsonl_truncate_partial(const char *path, pkv_error *err);
 /* Adds the keys of every complete, parsable line of path (missing file: none). */
 int pkv_jsonl_load_keys(const char *path, pkv_key_set *keys, pkv_error *err);
+/* What pkv_jsonl_check found besides this run's lines (1-based line numbers). */
+typedef struct {
+    int corrupt, first_corrupt;          /* lines that are not result lines: recomputed */
+    int outside, first_outside;          /* result lines of keys this plan does not produce: kept, not run */
+    char first_outside_key[160];
+} pkv_jsonl_check_report;
+
+/* Adds to keys the keys of path's result lines that belong to this run and
+ * plan, counting in rep the lines that do not parse (a partial last line is
+ * dropped before by pkv_jsonl_truncate_partial) and those whose key the plan
+ * does not produce. A line whose key the plan produces but that another run
+ * wrote (another model, chat setting or seed: the item's seed is derived
+ * from the run's) is refused: PKV_ERR_FORMAT naming the line, since counting
+ * it as done would mix two runs' results. Lines written before lines carried
+ * the model and chat fields are checked by their seed alone. */
+int pkv_jsonl_check(const char *path, const pkv_eval_plan *plan, const pkv_eval_run_id *run, pkv_key_set *keys,
+                    pkv_jsonl_check_report *rep, pkv_error *err);
+
 /* Appends the complete, parsable lines of src whose keys are not in keys to
  * dst (adding them to keys), syncs dst, and removes src. */
 int pkv_jsonl_merge(const char *dst, const char *src, pkv_key_set *keys, pkv_error *err);
@@ -112,13 +139,17 @@ typedef struct {
     const char *rows_path; /* where this process appends */
     int rank, n_ranks;     /* units i with i % n_ranks == rank */
     const pkv_key_set *done;
+    pkv_eval_run_id run;   /* written into every line */
     void (*progress)(void *user, const pkv_eval_progress *p);
     void *user;
     volatile sig_atomic_t *stop;        /* set (e.g. by SIGINT) to stop at the next layer boundary */
     pkv_eval_runner *volatile *running; /* receives the runner while it runs (to interrupt it); may be NULL */
 } pkv_eval_sweep_opts;
 
-/* Runs this process's share of the plan. PKV_ERR_INTERRUPTED when stopped. */
+/* Runs this process's share of the plan. First every (task, length, depth)
+ * is checked to fit its length (the sample-0 draw that fixes the haystack's
+ * size), so a plan with a task too big for a length fails before its first
+ * line. PKV_ERR_INTERRUPTED when stopped. */
 int pkv_eval_sweep(const pkv_eval_plan *plan, const pkv_eval_sweep_opts *opts, pkv_error *err);
 
 #endif

@@ -490,6 +490,38 @@ static int read_tensor_infos(cursor *c, gguf_file *f, uint64_t n_tensors) {
     return rc;
 }
 
+static int cmp_offset(const void *a, const void *b) {
+    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    if (x->offset != y->offset) return x->offset > y->offset ? 1 : -1;
+    return (x > y) - (x < y); /* file order: the later tensor is the one reported */
+}
+
+/* No two tensors may share bytes: ggml lays them out one after another, and
+ * a tensor whose data is another's is a crafted file (two names, one set of
+ * weights, or a quantised block read as floats). Zero-sized tensors hold no
+ * bytes. Sorted by offset, each must end before the next begins. */
+static int check_overlaps(cursor *c, gguf_file *f) {
+    if (f->n_tensors < 2) return 0;
+    const gguf_tensor **order = malloc(f->n_tensors * sizeof *order);
+    if (!order) return nomem(c, "the tensor order");
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->tensors[i].nbytes > 0) order[n++] = &f->tensors[i];
+    qsort(order, n, sizeof *order, cmp_offset);
+    int rc = 0;
+    for (uint64_t i = 1; i < n && rc == 0; i++) {
+        const gguf_tensor *prev = order[i - 1], *t = order[i];
+        if (prev->offset + prev->nbytes > t->offset) { /* in bounds, so no overflow */
+            set_where_named(c, "tensor", (uint64_t)(t - f->tensors), t->name);
+            rc = fail(c, "offset", "data [%llu, %llu) overlaps tensor '%s' at [%llu, %llu)",
+                      (unsigned long long)t->offset, (unsigned long long)(t->offset + t->nbytes), prev->name,
+                      (unsigned long long)prev->offset, (unsigned long long)(prev->offset + prev->nbytes));
+        }
+    }
+    free(order);
+    return rc;
+}
+
 /* The data section starts at the end of the infos rounded up to the alignment
  * (§1.4); each tensor must lie inside the file. A file without tensors may
  * omit the final padding. */
@@ -514,7 +546,7 @@ static int place_tensors(cursor *c, gguf_file *f) {
                         (unsigned long long)t->nbytes, (unsigned long long)data_size);
         t->data = f->base + start + t->offset;
     }
-    return 0;
+    return check_overlaps(c, f);
 }
 
 /* ------------------------------------------------------------ reader: header */
@@ -575,7 +607,9 @@ int gguf_open_memory(gguf_file *f, const void *data, size_t size, const char *na
 int gguf_open(gguf_file *f, const char *path, pkv_error *err) {
     memset(f, 0, sizeof *f);
     set_path(f, path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused
+     * below as not a regular file); regular files ignore the flag */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return pkv_fail(err, PKV_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -585,7 +619,10 @@ int gguf_open(gguf_file *f, const char *path, pkv_error *err) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return pkv_fail(err, PKV_ERR_IO, "%s: not a regular file", f->path);
+        return pkv_fail(err, PKV_ERR_IO, "%s: not a regular file (a model must be a GGUF file, not a %s)", f->path,
+                        S_ISFIFO(st.st_mode) ? "pipe" : S_ISDIR(st.st_mode) ? "directory"
+                                                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device"
+                                                                                                  : "socket or link");
     }
     if (st.st_size == 0) {
         close(fd);
@@ -956,6 +993,63 @@ void gguf_write_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_
 void gguf_write_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
     if (!begin_array(w, key, GGUF_VT_INT32, v, n)) return;
     for (uint64_t i = 0; i < n; i++) put_le(w, (uint32_t)v[i], 4);
+}
+
+static void put_str_n(gguf_writer *w, gguf_str s) {
+    put_le(w, s.len, 8);
+    put_bytes(w, s.ptr, (size_t)s.len);
+}
+
+void gguf_write_value(gguf_writer *w, const char *key, const gguf_value *v) {
+    if (!v || (unsigned)v->type >= GGUF_VT_COUNT) {
+        writer_fail(w, PKV_ERR_ARG, "gguf writer: bad value for key '%s'", key ? key : "");
+        return;
+    }
+    if (v->type == GGUF_VT_UINT32 && key && strcmp(key, "general.alignment") == 0) {
+        gguf_write_u32(w, key, (uint32_t)v->v.u);
+        return;
+    }
+    if (v->type == GGUF_VT_STRING) {
+        if (begin_kv(w, key, GGUF_VT_STRING)) put_str_n(w, v->v.str);
+        return;
+    }
+    if (v->type != GGUF_VT_ARRAY) {
+        if (!begin_kv(w, key, v->type)) return;
+        uint64_t bits = vtype_is_float(v->type) ? 0 : vtype_is_signed(v->type) ? (uint64_t)v->v.i : v->v.u;
+        if (v->type == GGUF_VT_FLOAT32) {
+            put_f32(w, (float)v->v.f);
+            return;
+        }
+        if (v->type == GGUF_VT_FLOAT64) memcpy(&bits, &v->v.f, 8);
+        put_le(w, bits, vtype_size[v->type]);
+        return;
+    }
+    gguf_vtype elem = v->v.arr.elem_type;
+    uint64_t n = v->v.arr.count;
+    if ((unsigned)elem >= GGUF_VT_COUNT || elem == GGUF_VT_ARRAY ||
+        (n > 0 && (elem == GGUF_VT_STRING ? !v->v.arr.strs : !v->v.arr.data))) {
+        writer_fail(w, PKV_ERR_ARG, "gguf writer: bad array for key '%s'", key ? key : "");
+        return;
+    }
+    if (!begin_array(w, key, elem, elem == GGUF_VT_STRING ? (const void *)v->v.arr.strs : v->v.arr.data, n))
+        return;
+    if (elem == GGUF_VT_STRING)
+        for (uint64_t i = 0; i < n; i++) put_str_n(w, v->v.arr.strs[i]);
+    else if (n > SIZE_MAX / vtype_size[elem])
+        writer_fail(w, PKV_ERR_NOMEM, "gguf writer: array '%s' too large", key);
+    else
+        put_bytes(w, v->v.arr.data, (size_t)(n * vtype_size[elem])); /* packed little-endian, as read */
+}
+
+int gguf_writer_add_file(gguf_writer *w, const gguf_file *f, const char *omit_key, pkv_error *err) {
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        if (!omit_key || strcmp(f->kv[i].key, omit_key) != 0) gguf_write_value(w, f->kv[i].key, &f->kv[i].value);
+    if (w->status != PKV_OK) return pkv_fail(err, w->status, "%s", w->message);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (gguf_write_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err)) return -1;
+    }
+    return 0;
 }
 
 /* Checks a tensor the way the reader will, so the writer never produces a

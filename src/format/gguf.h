@@ -148,6 +148,12 @@ void gguf_write_str(gguf_writer *w, const char *key, const char *v);
 void gguf_write_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 void gguf_write_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n);
 void gguf_write_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* Any value as the reader returns it (arrays included; numeric array data is
+ * copied as stored): rewriting a file. */
+void gguf_write_value(gguf_writer *w, const char *key, const gguf_value *v);
+/* Copies f's pairs (all but omit_key, which may be NULL) and tensors into w,
+ * the start of an edited copy of a file. */
+int gguf_writer_add_file(gguf_writer *w, const gguf_file *f, const char *omit_key, pkv_error *err);
 /* A tensor: data (already in `type`'s block format, nbytes of it) is copied. */
 int gguf_write_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                       const uint64_t *ne, const void *data, uint64_t nbytes, pkv_error *err);

@@ -13,16 +13,18 @@ typedef struct {
     const gguf_file *f;
     const char *arch;
     pkv_error *err;
+    int n_layer; /* block_count once read (per-layer arrays have this many entries) */
 } meta_ctx;
 
 static void arch_key(const meta_ctx *m, const char *suffix, char *key, size_t n) {
     snprintf(key, n, "%s.%s", m->arch, suffix);
 }
 
-/* Reads "<arch>.<suffix>" as a positive int. Per-layer arrays are accepted
- * when all their values are equal (llama.cpp allows per-layer head counts;
- * we support the uniform case). */
-static int meta_int(const meta_ctx *m, const char *suffix, bool required, int def, int *out) {
+/* Reads "<arch>.<suffix>" as an int in [0, 2^30]. A per-layer key may hold an
+ * array of one value per layer (block_count entries, m->n_layer); its values
+ * must all be equal (llama.cpp allows per-layer head counts; the uniform case
+ * is supported). Other keys must be single integers. */
+static int meta_int(const meta_ctx *m, const char *suffix, bool required, bool per_layer, int def, int *out) {
     char key[160];
     arch_key(m, suffix, key, sizeof key);
     const gguf_kv *kv = gguf_find_kv(m->f, key);
@@ -35,11 +37,14 @@ static int meta_int(const meta_ctx *m, const char *suffix, bool required, int de
     int64_t v;
     if (kv->value.type == GGUF_VT_ARRAY) {
         const gguf_value *a = &kv->value;
-        if (a->v.arr.count == 0 || a->v.arr.elem_type == GGUF_VT_STRING ||
+        if (!per_layer || a->v.arr.count == 0 || a->v.arr.elem_type == GGUF_VT_STRING ||
             a->v.arr.elem_type == GGUF_VT_FLOAT32 || a->v.arr.elem_type == GGUF_VT_FLOAT64 ||
             a->v.arr.elem_type == GGUF_VT_BOOL)
-            return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: key %s: expected an integer or an integer array",
-                            m->f->path, key);
+            return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: key %s: expected %s", m->f->path, key,
+                            per_layer ? "an integer or an integer array" : "an integer");
+        if (a->v.arr.count != (uint64_t)m->n_layer)
+            return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: key %s: %llu per-layer values, block_count is %d",
+                            m->f->path, key, (unsigned long long)a->v.arr.count, m->n_layer);
         v = gguf_arr_i64(a, 0);
         for (uint64_t i = 1; i < a->v.arr.count; i++)
             if (gguf_arr_i64(a, i) != v)
@@ -58,7 +63,10 @@ static int meta_int(const meta_ctx *m, const char *suffix, bool required, int de
     return 0;
 }
 
-static int meta_float(const meta_ctx *m, const char *suffix, bool required, float def, float *out) {
+/* Reads "<arch>.<suffix>" as a float; def when absent. A value in the file
+ * must be finite and, for the keys that divide, scale or cap (positive set),
+ * greater than zero: each is refused with its name rather than computed with. */
+static int meta_float(const meta_ctx *m, const char *suffix, bool required, bool positive, float def, float *out) {
     char key[160];
     arch_key(m, suffix, key, sizeof key);
     int rc = gguf_get_f32(m->f, key, out, m->err);
@@ -67,26 +75,37 @@ static int meta_float(const meta_ctx *m, const char *suffix, bool required, floa
         if (required)
             return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: missing required key %s", m->f->path, key);
         *out = def;
+        return 0;
     }
     if (!isfinite(*out))
-        return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: key %s is not finite", m->f->path, key);
+        return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: key %s = %g is not finite", m->f->path, key, *out);
+    if (positive && !(*out > 0.0f))
+        return pkv_fail(m->err, PKV_ERR_FORMAT, "%s: key %s = %g must be > 0", m->f->path, key, *out);
     return 0;
 }
 
 static int read_hparams(pkv_model *model, pkv_error *err) {
-    meta_ctx m = {&model->file, model->arch_name, err};
+    meta_ctx m = {&model->file, model->arch_name, err, 0};
     pkv_hparams *hp = &model->hp;
-    if (meta_int(&m, "context_length", true, 0, &hp->n_ctx_train) ||
-        meta_int(&m, "embedding_length", true, 0, &hp->n_embd) ||
-        meta_int(&m, "block_count", true, 0, &hp->n_layer) ||
-        meta_int(&m, "feed_forward_length", true, 0, &hp->n_ff) ||
-        meta_int(&m, "attention.head_count", true, 0, &hp->n_head))
+    if (meta_int(&m, "context_length", true, false, 0, &hp->n_ctx_train) ||
+        meta_int(&m, "embedding_length", true, false, 0, &hp->n_embd) ||
+        meta_int(&m, "block_count", true, false, 0, &hp->n_layer))
         return -1;
-    if (meta_int(&m, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv)) return -1;
-    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0)
-        return pkv_fail(err, PKV_ERR_FORMAT,
-                        "%s: embedding_length, block_count, feed_forward_length and head counts must be > 0",
-                        model->file.path);
+    m.n_layer = hp->n_layer;
+    if (meta_int(&m, "feed_forward_length", true, true, 0, &hp->n_ff) ||
+        meta_int(&m, "attention.head_count", true, true, 0, &hp->n_head))
+        return -1;
+    if (meta_int(&m, "attention.head_count_kv", false, true, hp->n_head, &hp->n_head_kv)) return -1;
+    const struct {
+        const char *suffix;
+        int value;
+    } sizes[] = {{"context_length", hp->n_ctx_train},     {"embedding_length", hp->n_embd},
+                 {"block_count", hp->n_layer},            {"feed_forward_length", hp->n_ff},
+                 {"attention.head_count", hp->n_head},    {"attention.head_count_kv", hp->n_head_kv}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].value <= 0)
+            return pkv_fail(err, PKV_ERR_FORMAT, "%s: key %s.%s = %d must be > 0", model->file.path,
+                            model->arch_name, sizes[i].suffix, sizes[i].value);
     if (hp->n_layer > 4096 || hp->n_head > 4096)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: block_count %d or head_count %d exceeds 4096",
                         model->file.path, hp->n_layer, hp->n_head);
@@ -94,23 +113,29 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
                         model->file.path, hp->n_head, hp->n_head_kv);
     int default_hd = hp->n_embd / hp->n_head;
-    if (meta_int(&m, "attention.key_length", false, default_hd, &hp->head_dim_k) ||
-        meta_int(&m, "attention.value_length", false, default_hd, &hp->head_dim_v))
+    if (meta_int(&m, "attention.key_length", false, false, default_hd, &hp->head_dim_k) ||
+        meta_int(&m, "attention.value_length", false, false, default_hd, &hp->head_dim_v))
         return -1;
-    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0 || hp->head_dim_k % 2 != 0)
-        return pkv_fail(err, PKV_ERR_FORMAT, "%s: head dimension %d/%d must be positive and even",
-                        model->file.path, hp->head_dim_k, hp->head_dim_v);
-    if (meta_float(&m, "attention.layer_norm_rms_epsilon", true, 0, &hp->rms_eps)) return -1;
+    if (hp->head_dim_k <= 0 || hp->head_dim_k % 2 != 0)
+        return pkv_fail(err, PKV_ERR_FORMAT,
+                        "%s: key %s.attention.key_length: head dimension %d must be positive and even",
+                        model->file.path, model->arch_name, hp->head_dim_k);
+    if (hp->head_dim_v <= 0)
+        return pkv_fail(err, PKV_ERR_FORMAT,
+                        "%s: key %s.attention.value_length: head dimension %d must be positive",
+                        model->file.path, model->arch_name, hp->head_dim_v);
+    if (meta_float(&m, "attention.layer_norm_rms_epsilon", true, true, 0, &hp->rms_eps)) return -1;
 
     /* RoPE (engine-notes.md §5) */
     int n_rot;
-    if (meta_int(&m, "rope.dimension_count", false, hp->head_dim_k, &n_rot)) return -1;
+    if (meta_int(&m, "rope.dimension_count", false, false, hp->head_dim_k, &n_rot)) return -1;
     if (n_rot <= 0 || n_rot > hp->head_dim_k || n_rot % 2)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: rope.dimension_count %d must be even and <= head dim %d",
                         model->file.path, n_rot, hp->head_dim_k);
     float base, factor;
-    if (meta_float(&m, "rope.freq_base", false, 10000.0f, &base)) return -1;
-    if (meta_float(&m, "rope.scaling.factor", false, 0.0f, &factor)) return -1;
+    if (meta_float(&m, "rope.freq_base", false, true, 10000.0f, &base)) return -1;
+    /* absent: no scaling; present, it must be a real factor (not silently "none") */
+    if (meta_float(&m, "rope.scaling.factor", false, true, 0.0f, &factor)) return -1;
     char key[160];
     arch_key(&m, "rope.scaling.type", key, sizeof key);
     gguf_str stype;
@@ -123,7 +148,6 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
                         model->file.path, tbuf);
     }
     if (rc == 0 && gguf_str_eq(stype, "none")) factor = 0.0f;
-    if (base <= 0.0f) return pkv_fail(err, PKV_ERR_FORMAT, "%s: rope.freq_base must be > 0", model->file.path);
     hp->rope_global = (pkv_rope_params){
         .mode = model->arch->rope_mode,
         .n_rot = n_rot,
@@ -134,23 +158,25 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
     hp->rope_local = hp->rope_global;
     if (model->arch->swa_rope_base > 0.0f) {
         /* newer converters write the local base; older files rely on the hard-coded value */
-        if (meta_float(&m, "rope.freq_base_swa", false, model->arch->swa_rope_base, &hp->rope_local.base)) return -1;
+        if (meta_float(&m, "rope.freq_base_swa", false, true, model->arch->swa_rope_base, &hp->rope_local.base))
+            return -1;
         hp->rope_local.freq_scale = 1.0f;
         hp->rope_local.freq_factors = NULL;
     }
 
     float attn_scale;
-    if (meta_float(&m, "attention.scale", false, 0.0f, &attn_scale)) return -1;
+    if (meta_float(&m, "attention.scale", false, true, 0.0f, &attn_scale)) return -1;
     hp->attn_scale = attn_scale > 0.0f ? attn_scale : 1.0f / sqrtf((float)hp->head_dim_k);
     /* Gemma 3 27B scales by 1/sqrt(n_embd/n_head) (engine-notes.md §3.2) */
     if (model->arch->swa_pattern_6 && hp->n_layer == 62 && attn_scale <= 0.0f)
         hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / hp->n_head);
     hp->embd_scale = model->arch->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
 
-    if (meta_float(&m, "final_logit_softcapping", false, 0.0f, &hp->final_logit_softcap) ||
-        meta_float(&m, "attn_logit_softcapping", false, 0.0f, &hp->attn_logit_softcap))
+    /* absent: no capping; a cap in the file divides the logits, so it must be > 0 */
+    if (meta_float(&m, "final_logit_softcapping", false, true, 0.0f, &hp->final_logit_softcap) ||
+        meta_float(&m, "attn_logit_softcapping", false, true, 0.0f, &hp->attn_logit_softcap))
         return -1;
-    if (meta_int(&m, "attention.sliding_window", false, 0, &hp->sliding_window)) return -1;
+    if (meta_int(&m, "attention.sliding_window", false, false, 0, &hp->sliding_window)) return -1;
 
     hp->layer_swa = calloc((size_t)hp->n_layer, sizeof *hp->layer_swa);
     if (!hp->layer_swa) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer flags");
@@ -249,9 +275,12 @@ static int bind_weights(pkv_model *model, pkv_error *err) {
         if (bind_tensor(model, &model->rope_freqs, "rope_freqs.weight", hp->rope_global.n_rot / 2, 0, true, err))
             return -1;
         hp->rope_global.freq_factors = model->rope_freqs.data;
-        for (int i = 0; i < hp->rope_global.n_rot / 2; i++)
-            if (!(hp->rope_global.freq_factors[i] > 0.0f))
-                return pkv_fail(err, PKV_ERR_FORMAT, "%s: rope_freqs.weight[%d] must be > 0", model->file.path, i);
+        for (int i = 0; i < hp->rope_global.n_rot / 2; i++) {
+            float f = hp->rope_global.freq_factors[i];
+            if (!isfinite(f) || !(f > 0.0f))
+                return pkv_fail(err, PKV_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g must be finite and > 0",
+                                model->file.path, i, f);
+        }
     }
 
     model->layers = calloc((size_t)hp->n_layer, sizeof *model->layers);

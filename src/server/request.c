@@ -124,7 +124,7 @@ static int get_bool(const json_t *obj, const char *key, bool *out, srv_error *e)
 
 /* Fields of features this server does not have: refused when set to anything
  * but their neutral value, so a client never gets silently different output. */
-static int refuse_unsupported(const json_t *obj, srv_endpoint ep, srv_error *e) {
+static int refuse_unsupported(const json_t *obj, srv_error *e) {
     json_t *v;
     if ((v = field(obj, "n")) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
         if (!json_is_integer(v)) return wrong_type(e, "n", "an integer", v);
@@ -148,20 +148,19 @@ static int refuse_unsupported(const json_t *obj, srv_endpoint ep, srv_error *e) 
                            PENALTIES[i]);
     if ((v = field(obj, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
         return srv_bad(e, "unsupported_parameter", "logit_bias", "logit_bias is not supported by this server");
-    if (ep == SRV_CHAT) {
-        static const char *const TOOLS[] = {"tools", "tool_choice", "functions", "function_call"};
-        for (int i = 0; i < 4; i++)
-            if ((v = field(obj, TOOLS[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
-                !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-                return srv_bad(e, "unsupported_parameter", TOOLS[i], "%s (tool calling) is not supported by this server",
-                               TOOLS[i]);
-        json_t *fmt = field(obj, "response_format");
-        if (fmt) {
-            json_t *t = json_is_object(fmt) ? json_object_get(fmt, "type") : NULL;
-            if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-                return srv_bad(e, "unsupported_parameter", "response_format",
-                               "response_format other than {\"type\": \"text\"} is not supported by this server");
-        }
+    /* both endpoints: a completion asking for tools or a format must not get plain text back */
+    static const char *const TOOLS[] = {"tools", "tool_choice", "functions", "function_call"};
+    for (int i = 0; i < 4; i++)
+        if ((v = field(obj, TOOLS[i])) && !(json_is_array(v) && json_array_size(v) == 0) &&
+            !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+            return srv_bad(e, "unsupported_parameter", TOOLS[i], "%s (tool calling) is not supported by this server",
+                           TOOLS[i]);
+    json_t *fmt = field(obj, "response_format");
+    if (fmt) {
+        json_t *t = json_is_object(fmt) ? json_object_get(fmt, "type") : NULL;
+        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+            return srv_bad(e, "unsupported_parameter", "response_format",
+                           "response_format other than {\"type\": \"text\"} is not supported by this server");
     }
     return 0;
 }
@@ -205,11 +204,14 @@ static int parse_prompt(const json_t *obj, srv_request *r, srv_error *e) {
     return 0;
 }
 
-/* content: a string, or an array of {"type": "text", "text": ...} parts (joined). */
+/* content: a string, or an array of {"type": "text", "text": ...} parts
+ * (joined). OpenAI lets it be absent or null only beside tool_calls or
+ * function_call (an assistant's tool call), which this server refuses: so it
+ * is required for every role. */
 static int message_content(const json_t *c, int index, char **out, srv_error *e) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", index);
-    if (!c) return (*out = dup_n("", 0)) ? 0 : no_memory(e);
+    if (!c) return srv_bad(e, "missing_field", param, "'%s' is required (a string or text parts)", param);
     if (json_is_string(c)) return (*out = dup_n(json_string_value(c), json_string_length(c))) ? 0 : no_memory(e);
     if (!json_is_array(c)) return wrong_type(e, param, "a string or an array of text parts", c);
     size_t total = 0, i;
@@ -260,6 +262,13 @@ static int parse_messages(const json_t *obj, srv_request *r, srv_error *e) {
                            rs);
         r->n_messages = (int)i + 1;
         if (!(r->messages[i].role = dup_n(rs, strlen(rs)))) return no_memory(e);
+        static const char *const CALLS[] = {"tool_calls", "function_call"};
+        for (int k = 0; k < 2; k++)
+            if (field(m, CALLS[k])) {
+                snprintf(param, sizeof param, "messages[%zu].%s", i, CALLS[k]);
+                return srv_bad(e, "unsupported_parameter", param, "%s (tool calling) is not supported by this server",
+                               param);
+            }
         if (message_content(field(m, "content"), (int)i, &r->messages[i].content, e)) return -1;
     }
     return 0;
@@ -385,7 +394,7 @@ static int parse_kv_compression(const json_t *obj, srv_request *r, srv_error *e)
 /* ------------------------------------------------------------ the request */
 
 static int parse_object(const json_t *obj, srv_endpoint ep, srv_request *r, srv_error *e) {
-    if (refuse_unsupported(obj, ep, e)) return -1;
+    if (refuse_unsupported(obj, e)) return -1;
     json_t *model = field(obj, "model");
     if (model && !json_is_string(model)) return wrong_type(e, "model", "a string", model);
     if (ep == SRV_COMPLETION ? parse_prompt(obj, r, e) : parse_messages(obj, r, e)) return -1;

@@ -309,7 +309,8 @@ static void generate(srv_slot *slot, srv_job *job) {
     if (rc && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
     srv_sched *sc = slot->sc;
     pthread_mutex_lock(&sc->mu);
-    const char *finish = rc ? "length" : finish_reason(st.finish);
+    /* no finite logit: a 500 without a finish reason; a failed step otherwise ends with "length" */
+    const char *finish = rc ? (err.code == PKV_ERR_NUMERIC ? NULL : "length") : finish_reason(st.finish);
     if (finish && !job->finish_reason) job->finish_reason = finish;
     job->decode_seconds = st.decode_seconds;
     job->n_decoded = st.n_decoded;

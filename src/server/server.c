@@ -1,7 +1,8 @@
-/* The HTTP side: libmicrohttpd with a thread per connection (a connection
+/* The HTTP side: the front door (gate.c) reads and checks each request and
+ * hands it to libmicrohttpd, with a thread per connection (a connection
  * waits for its request's text, so blocking there is the simple, bounded
- * design), routing, bodies and their limits, responses whole or streamed as
- * server-sent events, client disconnects, and the SIGTERM drain. */
+ * design); here: routing, bodies, responses whole or streamed as server-sent
+ * events, client disconnects, and the SIGTERM drain. */
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -19,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gate.h"
 #include "metrics.h"
 #include "prompt.h"
 #include "request.h"
@@ -52,6 +54,8 @@ typedef struct {
     char model_id[256];
     long long created;
     struct MHD_Daemon *daemon;
+    srv_gate *gate;
+    int port;        /* the one bound */
     pthread_mutex_t mu;
     int active;      /* completion requests not yet finished (guarded by mu) */
     bool draining;   /* guarded by mu */
@@ -70,8 +74,7 @@ typedef struct {
     double t_start;
     char *body;
     size_t len, cap;
-    bool responded;        /* a response is queued (413 from the headers, say) */
-    bool too_large;        /* the body passed max_body: the rest is dropped, then 413 */
+    bool responded;        /* a response is queued */
     int status;
     bool counted_active;
     srv_job *job;
@@ -390,28 +393,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             pthread_mutex_unlock(&srv->mu);
             r->counted_active = true;
         }
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > srv->opts->max_body) {
-            srv_error e;
-            srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                     "the request body has %s bytes; the limit is %zu", cl, srv->opts->max_body);
-            return queue_error(r, &e);
-        }
         return MHD_YES;
     }
     if (*upload_size > 0) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (pkv_now_seconds() - r->t_start > srv->opts->body_timeout) {
-            /* MHD cannot answer in the middle of a body: a client this slow is cut off */
-            r->status = 408;
-            return MHD_NO;
-        }
-        if (r->responded || r->too_large) return MHD_YES; /* the rest is dropped */
-        if (r->len + n > srv->opts->max_body) {
-            r->too_large = true; /* answered once the body is over (MHD's rule) */
-            return MHD_YES;
-        }
+        /* the gate has checked the framing, the limit and the timeouts: the
+         * body arrives whole, with its Content-Length */
+        if (r->len + n > srv->opts->max_body) return MHD_NO;
         if (r->len + n + 1 > r->cap) {
             size_t cap = r->cap ? r->cap : 4096;
             while (cap < r->len + n + 1) cap *= 2;
@@ -426,12 +415,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
-    if (r->too_large) {
-        srv_error e;
-        srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
-                 "the request body is larger than the limit of %zu bytes", srv->opts->max_body);
-        return queue_error(r, &e);
-    }
     return dispatch(r);
 }
 
@@ -500,26 +483,86 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n') line[--n] = '\0';
+    /* the gate's socket pairs are not TCP: MHD's TCP tuning fails on them, harmlessly */
+    if (strstr(line, "TCP_NODELAY") || strstr(line, "TCP_CORK") || strstr(line, "push the data from buffers"))
+        return;
     fprintf(stderr, "promptkv serve: http: %s\n", line);
 }
 
-static int start_http(server *srv, pkv_error *err) {
+static bool hand_over(void *user, int fd, const struct sockaddr *addr, socklen_t addr_len) {
+    server *srv = user;
+    return MHD_add_connection(srv->daemon, fd, addr, addr_len) == MHD_YES; /* MHD closes fd when it refuses */
+}
+
+/* A request the gate answered itself (a framing error): counted and logged as the others are. */
+static void on_refused(void *user, const char *method, const char *target, int status) {
+    server *srv = user;
+    int endpoint = route_endpoint(target);
+    srv_sched_count_response(&srv->sc, endpoint, status);
+    if (!srv->opts->log_requests) return;
+    char t[96], m[16];
+    snprintf(t, sizeof t, "%s", target);
+    snprintf(m, sizeof m, "%s", method);
+    for (char *p = t; *p; p++)
+        if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e) *p = '?';
+    fprintf(stderr, "%s %s %d (refused before the handler)\n", m, t, status);
+}
+
+static int listen_socket(server *srv, pkv_error *err) {
     struct sockaddr_storage addr;
     if (resolve(srv->opts->host, srv->opts->port, &addr, err)) return -1;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
-    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
-                                   MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, srv->opts->idle_timeout,
-                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->opts->max_connections,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                                   MHD_OPTION_END);
-    if (!srv->daemon) {
+    socklen_t len = addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, len) || listen(fd, 128)) {
+        if (fd >= 0) close(fd);
         err->code = PKV_ERR_IO;
         snprintf(err->msg, sizeof err->msg, "cannot listen on %s port %d (in use, or not an address of this machine?)",
                  srv->opts->host, srv->opts->port);
+        return -1;
+    }
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof bound;
+    srv->port = srv->opts->port;
+    if (getsockname(fd, (struct sockaddr *)&bound, &blen) == 0)
+        srv->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                     : ((struct sockaddr_in *)&bound)->sin_port);
+    return fd;
+}
+
+static int start_http(server *srv, pkv_error *err) {
+    int fd = listen_socket(srv, err);
+    if (fd < 0) return -1;
+    /* no listening socket of its own: the gate hands it each checked request */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+    srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, srv->opts->idle_timeout,
+                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->opts->max_connections,
+                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                   MHD_OPTION_END);
+    if (!srv->daemon) {
+        close(fd);
+        err->code = PKV_ERR_IO;
+        snprintf(err->msg, sizeof err->msg, "cannot start the HTTP daemon");
+        return -1;
+    }
+    srv_gate_opts go = {
+        .listen_fd = fd,
+        .max_body = srv->opts->max_body,
+        .idle_timeout = srv->opts->idle_timeout,
+        .body_timeout = srv->opts->body_timeout,
+        .max_connections = srv->opts->max_connections,
+        .hand_over = hand_over,
+        .refused = on_refused,
+        .user = srv,
+    };
+    srv->gate = srv_gate_start(&go, err);
+    if (!srv->gate) {
+        close(fd);
+        MHD_stop_daemon(srv->daemon);
         return -1;
     }
     return 0;
@@ -533,8 +576,7 @@ static void drain(server *srv, const sigset_t *signals) {
     srv->draining = true;
     pthread_mutex_unlock(&srv->mu);
     srv_sched_set_draining(&srv->sc);
-    MHD_socket listen_fd = MHD_quiesce_daemon(srv->daemon);
-    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
+    srv_gate_close_listener(srv->gate);
     double deadline = pkv_now_seconds() + srv->opts->drain_timeout;
     bool cancelled = false;
     for (;;) {
@@ -615,9 +657,8 @@ int pkv_server_run(pkv_model *model, const pkv_server_opts *opts, pkv_error *err
         srv_sched_stop(&srv.sc);
         goto out;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv.daemon, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "promptkv serve: listening on http://%s:%u (model %s, %d slots, kv-mem %.0f MiB)\n", opts->host,
-            di ? (unsigned)di->port : (unsigned)opts->port, srv.model_id, opts->n_slots,
+    fprintf(stderr, "promptkv serve: listening on http://%s:%d (model %s, %d slots, kv-mem %.0f MiB)\n", opts->host,
+            srv.port, srv.model_id, opts->n_slots,
             (double)opts->kv_mem / 1048576.0);
     fflush(stderr);
 
@@ -626,6 +667,7 @@ int pkv_server_run(pkv_model *model, const pkv_server_opts *opts, pkv_error *err
     fprintf(stderr, "promptkv serve: %s: draining (no new requests; running ones finish)\n",
             sig == SIGTERM ? "SIGTERM" : "SIGINT");
     drain(&srv, &signals);
+    srv_gate_stop(srv.gate); /* ends the relays: what still runs in MHD sees its client gone */
     MHD_stop_daemon(srv.daemon);
     srv_sched_stop(&srv.sc);
     fprintf(stderr, "promptkv serve: stopped\n");

@@ -307,21 +307,37 @@ static int try_bigram(const pkv_tokenizer *tok, bpe_scratch *s, int32_t left, in
     return tok_heap_push(&s->heap, &b, bigram_before);
 }
 
-static void emit_symbol(const pkv_tokenizer *tok, const char *text, size_t n, tok_out *out) {
+/* A final symbol (byte-encoded text): its token, or one token per byte
+ * character. llama.cpp looks up each byte of the encoded text as a one-byte
+ * token instead and silently drops the bytes that have none (every character
+ * above U+007F among them); here each character is looked up whole, and an
+ * input byte whose character is not a token is an error naming it. With a
+ * complete byte alphabet (every real byte-level vocabulary) both agree:
+ * every merge result is a token. */
+static int emit_symbol(const pkv_tokenizer *tok, const char *text, size_t n, tok_out *out, pkv_error *err) {
     int32_t id = tok_find(tok, text, n);
     if (id >= 0) {
         tok_emit(out, id);
-        return;
+        return 0;
     }
-    /* llama.cpp then looks up each byte of the (byte-encoded) text as a
-     * one-byte token and drops the bytes that have none */
-    for (size_t i = 0; i < n; i++) {
-        id = tok_find(tok, text + i, 1);
-        if (id >= 0) tok_emit(out, id);
+    for (size_t i = 0; i < n;) {
+        size_t used;
+        uint32_t cp = pkv_utf8_decode(text + i, n - i, &used);
+        id = tok_find(tok, text + i, used);
+        if (id < 0) {
+            int byte = tok_bpe_cp_to_byte(cp);
+            return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                            "tokenize: byte 0x%02X has no token in this vocabulary (its byte-level character "
+                            "U+%04X is not a token)",
+                            byte < 0 ? 0 : byte, cp);
+        }
+        tok_emit(out, id);
+        i += used;
     }
+    return 0;
 }
 
-static int merge_word(const pkv_tokenizer *tok, bpe_scratch *s, tok_out *out) {
+static int merge_word(const pkv_tokenizer *tok, bpe_scratch *s, tok_out *out, pkv_error *err) {
     const char *w = s->word.data;
     size_t len = s->word.n;
     if (tok->ignore_merges) {
@@ -357,7 +373,7 @@ static int merge_word(const pkv_tokenizer *tok, bpe_scratch *s, tok_out *out) {
         if (try_bigram(tok, s, l->prev, b.left) || try_bigram(tok, s, b.left, l->next)) return -1;
     }
     for (size_t i = 0; i < s->symbols.n; i++)
-        if (sym[i].n) emit_symbol(tok, w + sym[i].start, sym[i].n, out);
+        if (sym[i].n && emit_symbol(tok, w + sym[i].start, sym[i].n, out, err)) return 1;
     return 0;
 }
 
@@ -382,8 +398,9 @@ static int encode_piece(const cp_text *t, size_t b, size_t e, tok_vec *word) {
 
 int tok_bpe_encode(const pkv_tokenizer *tok, const char *text, size_t len, tok_out *out,
                    pkv_error *err) {
-    /* symbol offsets are 32-bit; a byte becomes at most 2 encoded bytes */
-    if (len > UINT32_MAX / 4)
+    /* symbol offsets are 32-bit; an input byte becomes at most 6 encoded bytes
+     * (an invalid one is U+FFFD: 3 UTF-8 bytes, each a 2-byte character) */
+    if (len > UINT32_MAX / 8)
         return pkv_fail(err, PKV_ERR_LIMIT, "BPE: fragment of %zu bytes is too long", len);
     cp_text t;
     tok_vec ends;
@@ -398,7 +415,7 @@ int tok_bpe_encode(const pkv_tokenizer *tok, const char *text, size_t len, tok_o
     for (size_t i = 0; rc == 0 && i < ends.n; i++) {
         size_t end = TOK_VEC_AT(&ends, size_t, i);
         rc = encode_piece(&t, begin, end, &s.word);
-        if (rc == 0) rc = merge_word(tok, &s, out);
+        if (rc == 0) rc = merge_word(tok, &s, out, err); /* 1: a byte without a token (err set) */
         begin = end;
     }
     cp_text_free(&t);
@@ -406,6 +423,7 @@ int tok_bpe_encode(const pkv_tokenizer *tok, const char *text, size_t len, tok_o
     tok_vec_free(&s.word);
     tok_vec_free(&s.symbols);
     tok_vec_free(&s.heap);
+    if (rc > 0) return -1;
     if (rc) return pkv_fail(err, PKV_ERR_NOMEM, "BPE: out of memory encoding %zu bytes", len);
     return 0;
 }

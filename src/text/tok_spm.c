@@ -4,7 +4,8 @@
  * text is split into UTF-8 characters, and adjacent symbols are merged
  * highest-score pair first (ties: leftmost) while the merged text is a
  * vocabulary token. Symbols left that are not tokens fall back to byte
- * tokens <0xXX>.
+ * tokens <0xXX> (or the byte as a one-byte token); a byte with neither is an
+ * error naming it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -95,10 +96,13 @@ static int emit_symbol(spm_session *s, const spm_symbol *sym, tok_out *out, pkv_
     }
     for (uint32_t i = 0; i < sym->n; i++) {
         unsigned char byte = (unsigned char)s->text[sym->start + i];
-        id = tok->byte_token[byte] >= 0 ? tok->byte_token[byte] : tok->unk;
+        id = tok->byte_token[byte];
+        /* llama.cpp fails here too (its byte_to_token throws): no byte is
+         * dropped or replaced by the unknown token without a word */
         if (id < 0)
-            return pkv_fail(err, PKV_ERR_FORMAT,
-                            "SPM: byte 0x%02X has no <0x%02X> token and there is no unknown token",
+            return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                            "tokenize: byte 0x%02X has no token in this vocabulary (neither <0x%02X> nor the "
+                            "byte itself)",
                             byte, byte);
         tok_emit(out, id);
     }

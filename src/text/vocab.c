@@ -388,11 +388,32 @@ static int build_merges(pkv_tokenizer *tok, const tok_vocab_desc *d) {
 
 /* ---- special ids, defaults and text-based detection (§4.1) */
 
+/* The key's id (tok_build has checked it lies in the vocabulary), or the
+ * default when the key is absent; a default outside the vocabulary is
+ * disabled. */
 static int32_t id_or_default(int64_t key_value, int32_t def, int32_t n_vocab) {
-    if (def >= n_vocab) def = -1; /* a default outside the vocabulary is disabled */
-    if (key_value == TOK_ID_ABSENT) return def;
-    if (key_value < 0 || key_value >= n_vocab) return def; /* bad key: keep the default */
-    return (int32_t)key_value;
+    if (def >= n_vocab) def = -1;
+    return key_value == TOK_ID_ABSENT ? def : (int32_t)key_value;
+}
+
+/* A special-token id in the file must name a token: one outside the
+ * vocabulary is refused (not replaced by a default, as llama.cpp does with a
+ * warning), so a model never ends or pads on a token other than the one its
+ * file says. */
+static int check_special_ids(const tok_vocab_desc *d, pkv_error *err) {
+    const struct {
+        int64_t id;
+        const char *key;
+    } ids[] = {
+        {d->bos, "tokenizer.ggml.bos_token_id"},     {d->eos, "tokenizer.ggml.eos_token_id"},
+        {d->unk, "tokenizer.ggml.unknown_token_id"}, {d->eot, "tokenizer.ggml.eot_token_id"},
+        {d->eom, "tokenizer.ggml.eom_token_id"},     {d->pad, "tokenizer.ggml.padding_token_id"},
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (ids[i].id != TOK_ID_ABSENT && (ids[i].id < 0 || ids[i].id >= d->n_vocab))
+            return pkv_fail(err, PKV_ERR_FORMAT, "%s = %lld is outside the vocabulary [0, %d)", ids[i].key,
+                            (long long)ids[i].id, d->n_vocab);
+    return 0;
 }
 
 /* Lowest id among the tokens with one of these texts, or -1. */
@@ -578,6 +599,7 @@ pkv_tokenizer *tok_build(const tok_vocab_desc *d, pkv_error *err) {
         pkv_fail(err, PKV_ERR_FORMAT, "tokenizer.ggml.merges: bad count");
         return NULL;
     }
+    if (check_special_ids(d, err)) return NULL;
     pkv_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) goto nomem;
     tok->kind = d->kind;

@@ -1,4 +1,5 @@
 /* The vocabulary from a GGUF file's tokenizer.* keys (engine-notes.md §4.1). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -133,6 +134,11 @@ pkv_tokenizer *pkv_tokenizer_load(const gguf_file *f, pkv_error *err) {
         d.scores = a.scores;
         d.types = a.types;
         tok = tok_build(&d, err);
+        if (!tok && err) { /* name the file, as the other load errors do */
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            pkv_fail(err, err->code, "%s: %s", f->path, msg);
+        }
     }
     free(a.scores);
     free(a.types);
