@@ -1,5 +1,5 @@
 /*
- * promptkv eval: the offline long-context suite (evaluation.md §5). Sweeps
+ * promptkv eval: the offline long-context suite (docs/evaluation.md §5). Sweeps
  * tasks x lengths x samples (and the needle grid) over presses, budgets,
  * ratios and modes with one prefill per sample, appends one JSON line per
  * result, and writes the summary tables and plots. Resumable (--resume) and,
@@ -334,7 +334,7 @@ static void defaults(eval_args *a) {
 }
 
 static void list_tasks(void) {
-    puts("tasks (tier1 = the development suite of evaluation.md §5.2):");
+    puts("tasks (tier1 = the development suite of docs/evaluation.md §5.2):");
     for (int k = 0; k < pkv_eval_task_count(); k++) {
         const pkv_eval_task *t = pkv_eval_task_get(k);
         bool tier1 = false;

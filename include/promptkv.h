@@ -305,7 +305,7 @@ typedef struct {
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
     pkv_cache_type cache_type;
     uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
-    /* One prefill, many presses (evaluation.md §5): keep, for every
+    /* One prefill, many presses (docs/evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of
      * each prefill (and per-row attention sums for h2o), so pkv_session_copy
      * can compress a copy of the cache with any press afterwards. */

@@ -458,7 +458,7 @@ TEST(ops_rmsnorm_and_rope_against_double) {
         const double s = 1.0 / sqrt(ss / N + 1e-6);
         for (int i = 0; i < N; i++) CHECK_NEAR(y[r * N + i], x[r * N + i] * s * w[i], 1e-6 * fabs(x[r * N + i] * s) + 1e-7);
     }
-    /* RoPE (engine-notes.md §5.1) at large positions: the angle, reduced in
+    /* RoPE (docs/engine.md §5.1) at large positions: the angle, reduced in
      * double, keeps its phase */
     const int hd = 64;
     float v[2 * 64], orig[2 * 64], inv[32];

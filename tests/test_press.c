@@ -1,5 +1,5 @@
 /*
- * Press tests: the hand-checkable SnapKV examples of algorithms.md A.14, the
+ * Press tests: the hand-checkable SnapKV examples of docs/presses.md A.14, the
  * edge cases of A.7, and the framework's invariants (window and protected
  * rows always kept, exact budgets, ties to the lower position).
  */

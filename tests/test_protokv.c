@@ -1,5 +1,5 @@
 /*
- * ProtoKV (algorithms.md B.0): invariants on constructed keys (planted SATs are
+ * ProtoKV (docs/presses.md B.0): invariants on constructed keys (planted SATs are
  * found and hashed together, blocked assignment = brute force, exact budgets,
  * determinism, the window kept), and the kept sets, SAT candidates, buckets
  * and clusters of the brute-force numpy reference tools/protokv_reference.py

@@ -21,7 +21,7 @@
  * compresses copies with ProtoKV's SAT candidates chosen as the top m = 32
  * and as theta > beta for beta = 1, 2, 3, printing for every full-attention
  * layer and KV head the mean cosine among the candidates (intra), between
- * them and the other prefix rows (inter), Gamma = intra / inter (the seed's
+ * them and the other prefix rows (inter), Gamma = intra / inter (the write-up's
  * clustering ratio), and the same for as many random rows (the control).
  */
 #include <math.h>

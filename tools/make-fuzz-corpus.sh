@@ -93,7 +93,7 @@ static void aligned64(void) {
 }
 
 /* every value type and array element type, by hand in the spec layout
- * (engine-notes.md §1.2); the writer only has the common types */
+ * (docs/engine.md §1.2); the writer only has the common types */
 static unsigned char g_buf[4096];
 static size_t g_len;
 static void put(unsigned long long v, int n) {

@@ -1,6 +1,6 @@
 /* Memory read bandwidth: the denominator of the decode roofline. A decode step
  * reads every weight and the whole cache once, so bytes / bandwidth bounds
- * its time from below (engine-notes.md §6.4: decode saturates memory
+ * its time from below (docs/engine.md §6.4: decode saturates memory
  * bandwidth at a few threads). */
 #include <stdlib.h>
 #include <string.h>

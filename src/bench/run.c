@@ -1,6 +1,6 @@
 /* The timed runs: prefill (ppN), decode from an empty cache (tgN) and decode
  * at a depth after a press (bench.h; llama-bench's definitions,
- * engine-notes.md §6.3). */
+ * docs/engine.md §6.3). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /*
- * The KV cache (design.md "kvcache"): per layer and per KV head, a list of
- * rows — key (post-RoPE), value, and the row's original position. Heads of
+ * The KV cache (docs/design.md "The cache layout"): per layer and per KV
+ * head, a list of rows — key (post-RoPE), value, and the row's original
+ * position. Heads of
  * one layer may hold different numbers of rows (a press keeps a different set
  * per head; AdaKV gives heads different budgets), and layers differ too.
  *

@@ -1,14 +1,14 @@
 /*
- * The forward pass, read top to bottom (engine-notes.md §3.1 for Gemma 3,
+ * The forward pass, read top to bottom (docs/engine.md §3.1 for Gemma 3,
  * §3.4 for Llama and Qwen2).
  *
  * The pass is layer-major: all tokens of the call go through layer 0 (in
  * chunks of n_batch, so activations stay bounded), then layer 1, and so on.
  * The residual stream of the call is kept between layers. A press therefore
  * compresses layer l's cache as soon as layer l has seen the whole prompt,
- * and only one layer's uncompressed K/V is alive at a time (design.md).
+ * and only one layer's uncompressed K/V is alive at a time (docs/design.md).
  * Prefill attention always sees the full rows; only what decode reads is
- * compressed (algorithms.md A.2).
+ * compressed (docs/presses.md A.2).
  */
 #include <math.h>
 #include <stdlib.h>

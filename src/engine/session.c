@@ -149,7 +149,7 @@ static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats 
 
 /* A press compresses the first prefill of a session, and every later one in
  * recompress mode; otherwise later turns are appended uncompressed, as the
- * official SnapKV code does (algorithms.md D.5). */
+ * official SnapKV code does (docs/presses.md D.5). */
 static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
     if (!press || !press->ops) return false;
     return s->n_pos == 0 || press->mode == PKV_MODE_RECOMPRESS;

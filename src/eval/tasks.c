@@ -1,5 +1,5 @@
 /*
- * Task generators (evaluation.md §1.2-1.6, §2.2, §2.4). Each generator makes
+ * Task generators (docs/evaluation.md §1.2-1.6, §2.2, §2.4). Each generator makes
  * its random draws in a fixed, documented order from one stream seeded by
  * (task, length, sample, base seed), so tools/eval-golden.py can rebuild every
  * prompt independently.

@@ -1,5 +1,5 @@
 /*
- * Offline long-context tasks (evaluation.md §1 RULER-synth, §2 needle in a
+ * Offline long-context tasks (docs/evaluation.md §1 RULER-synth, §2 needle in a
  * haystack, §2.4 LongEval-Lines), deterministic by seed.
  *
  * An item has four segments (§0.1): context (compressed), question

@@ -1,5 +1,5 @@
 /*
- * GGUF reader and writer (engine-notes.md §1).
+ * GGUF reader and writer (docs/engine.md §1).
  *
  * Reader: the whole file is mapped read-only; keys, string arrays and tensor
  * infos are copied into small owned arrays, everything else points into the
@@ -51,7 +51,7 @@ static const uint8_t vtype_size[GGUF_VT_COUNT] = {
 };
 
 /* Block geometry of every ggml type id below GGML_TYPE_COUNT, from
- * ggml-common.h / ggml.c type_traits (engine-notes.md §1.3). Retired ids have
+ * ggml-common.h / ggml.c type_traits (docs/engine.md §1.3). Retired ids have
  * block_elems == 0. The table is private: the reader needs sizes only, and
  * quant.c (pkv_type_get) owns what the engine can compute. */
 typedef struct {

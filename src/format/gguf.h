@@ -1,6 +1,6 @@
 /*
  * GGUF reading (mmap, every field validated) and writing.
- * Format: engine-notes.md §1 (ggml docs/gguf.md). Versions 2 and 3 are read
+ * Format: docs/engine.md §1 (ggml docs/gguf.md). Versions 2 and 3 are read
  * (identical for little-endian files); version 3 is written.
  *
  * The reader never trusts a count, length, offset or dimension: each is

@@ -1,5 +1,5 @@
 /*
- * Weight types: ggml type ids, exact block layouts (engine-notes.md §2),
+ * Weight types: ggml type ids, exact block layouts (docs/engine.md §2),
  * dequantisation, activation quantisation and fused dot products.
  *
  * Every kernel has a scalar reference (quant.c for the block formats, vec.c
@@ -17,7 +17,7 @@
 
 #include "promptkv.h"
 
-/* ggml type ids (engine-notes.md §1.3). Retired ids are not listed. */
+/* ggml type ids (docs/engine.md §1.3). Retired ids are not listed. */
 typedef enum {
     PKV_TYPE_F32 = 0,
     PKV_TYPE_F16 = 1,

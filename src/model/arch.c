@@ -1,4 +1,4 @@
-/* The architecture table (engine-notes.md §3, §3.4, §5.1). */
+/* The architecture table (docs/engine.md §3, §3.4, §5.1). */
 #include <string.h>
 
 #include "model/model.h"

@@ -1,6 +1,6 @@
 /*
  * Models as data: hyper-parameters and weights of each architecture, read
- * from GGUF metadata (engine-notes.md §1.5, §1.6, §3). The forward pass that
+ * from GGUF metadata (docs/engine.md §1.5, §1.6, §3). The forward pass that
  * runs them is in forward.c.
  */
 #ifndef PKV_MODEL_H

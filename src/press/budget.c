@@ -1,7 +1,7 @@
 /*
- * Budget allocators (algorithms.md A.13): how many rows each layer and each
- * head keeps. They wrap whatever press scores the rows (design.md "budget
- * allocators wrap a scoring press rather than copy it"): pkv_press_run asks
+ * Budget allocators (docs/presses.md A.13): how many rows each layer and each
+ * head keeps. They wrap whatever press scores the rows instead of copying it
+ * (docs/design.md "The press interface"): pkv_press_run asks
  * pkv_press_layer_budget for every head, lets the press score, and, for
  * head_budget=adaptive, rewrites the per-head budgets from the scores before
  * the top-k or the press's own select(). The cache then holds those row counts

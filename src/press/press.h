@@ -1,5 +1,5 @@
 /*
- * The press interface (design.md "The press interface").
+ * The press interface (docs/design.md "The press interface").
  *
  * A press is a small struct of parameters plus functions. Per full-attention
  * layer, once the layer has seen the prompt, the framework (press/framework.c)
@@ -9,7 +9,7 @@
  * spans and the best-scored rest. Presses that do not rank single rows (ProtoKV
  * keeps whole clusters) provide their own select().
  *
- * Budget words (evaluation.md 0.3): budget C = rows kept per head per layer,
+ * Budget words (docs/evaluation.md 0.3): budget C = rows kept per head per layer,
  * window included; ratio r = fraction removed, keep floor(n_rows * (1 - r)).
  */
 #ifndef PKV_PRESS_H
@@ -151,7 +151,7 @@ struct pkv_press_cfg {
 int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
 /* Rows to keep for a head of n_rows rows (window included) at press layer
- * `layer` of `n_layers` (budget or ratio, then the layer schedule, algorithms.md
+ * `layer` of `n_layers` (budget or ratio, then the layer schedule, docs/presses.md
  * A.13); >= n_rows means keep everything. press/budget.c. */
 int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows);
 

@@ -1,5 +1,5 @@
 /*
- * SnapKV (algorithms.md Part A), as the official code does it: the softmax
+ * SnapKV (docs/presses.md Part A), as the official code does it: the softmax
  * attention of the observation window's queries over all rows (causal inside
  * the window), summed over the window rows on the prefix (the vote, A.4 S4),
  * pooled along positions (S5: avg with zero padding and divisor kernel as
@@ -46,7 +46,7 @@ static int snapkv_set(void *pp, const char *key, const char *value, pkv_error *e
         if (*value == '\0' || *end || k < 1 || k > 1001 || k % 2 == 0)
             return pkv_fail(err, PKV_ERR_ARG,
                             "snapkv kernel must be an odd integer in [1, 1001], got '%s' (even kernels give P+1 "
-                            "pooled scores: algorithms.md A.4 S5)",
+                            "pooled scores: docs/presses.md A.4 S5)",
                             value);
         p->kernel = (int)k;
     } else if (!strcmp(key, "pool")) {

@@ -3,7 +3,7 @@
  * exactly what each family's official Jinja chat template renders with
  * add_generation_prompt=true (templates quoted in
  * tools/make-tokenizer-fixtures.py, which checks these renderings):
- *   Gemma 3  google/gemma-3-*-it tokenizer_config.json (engine-notes.md §4.6)
+ *   Gemma 3  google/gemma-3-*-it tokenizer_config.json (docs/engine.md §4.6)
  *   Llama 3  meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json
  *   ChatML   Qwen/Qwen2-7B-Instruct tokenizer_config.json
  */

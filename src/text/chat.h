@@ -24,7 +24,7 @@ bool pkv_chat_default_system(const gguf_file *f, char *buf, int buf_len);
 
 /* Renders the messages plus the assistant generation prompt. Includes the BOS
  * text where the family's template starts with it, so tokenize the result
- * with add_special = false and parse_special = true (engine-notes.md §4.6,
+ * with add_special = false and parse_special = true (docs/engine.md §4.6,
  * the double-BOS trap). Returns bytes written (excluding NUL) or -1; also
  * fills *system_end (may be NULL) with the byte offset where the system
  * prompt's rendering ends, for protected spans. If the rendering does not fit

@@ -1,5 +1,5 @@
 /*
- * Byte-level BPE ("gpt2", engine-notes.md §4.4): pre-tokenizer scanners and
+ * Byte-level BPE ("gpt2", docs/engine.md §4.4): pre-tokenizer scanners and
  * rank-ordered merging (the GPT-2 byte alphabet is in vocab.c), as llama.cpp's
  * llm_tokenizer_bpe_session and unicode_regex_split do it.
  *

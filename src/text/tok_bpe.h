@@ -1,4 +1,4 @@
-/* Byte-level BPE encoding (tok_bpe.c, engine-notes.md §4.4). */
+/* Byte-level BPE encoding (tok_bpe.c, docs/engine.md §4.4). */
 #ifndef PKV_TOK_BPE_H
 #define PKV_TOK_BPE_H
 

@@ -1,5 +1,5 @@
 /*
- * SentencePiece-style tokenization ("llama", engine-notes.md §4.3) as
+ * SentencePiece-style tokenization ("llama", docs/engine.md §4.3) as
  * llama.cpp's llm_tokenizer_spm_session does it: spaces become U+2581, the
  * text is split into UTF-8 characters, and adjacent symbols are merged
  * highest-score pair first (ties: leftmost) while the merged text is a

@@ -1,4 +1,4 @@
-/* SentencePiece-style encoding (tok_spm.c, engine-notes.md §4.3). */
+/* SentencePiece-style encoding (tok_spm.c, docs/engine.md §4.3). */
 #ifndef PKV_TOK_SPM_H
 #define PKV_TOK_SPM_H
 

@@ -1,5 +1,5 @@
 /*
- * Special-token splitting (engine-notes.md §4.2) and the encode/decode entry
+ * Special-token splitting (docs/engine.md §4.2) and the encode/decode entry
  * points. The vocabulary is built in vocab.c, the SPM and BPE algorithms are
  * in tok_spm.c and tok_bpe.c. Behaviour follows llama.cpp's llama-vocab.cpp
  * token for token.

@@ -1,5 +1,5 @@
 /*
- * Tokenizers read from GGUF metadata (engine-notes.md §4):
+ * Tokenizers read from GGUF metadata (docs/engine.md §4):
  *   - "llama": SentencePiece-style (SPM) with scores and byte fallback (Llama 2, Gemma)
  *   - "gpt2":  byte-level BPE with merges and a pre-tokenizer chosen by
  *              tokenizer.ggml.pre (llama3 / llama-bpe, qwen2, gpt-2, default)

@@ -1,5 +1,5 @@
 /*
- * The vocabulary (engine-notes.md §4.1): token texts, attributes and scores,
+ * The vocabulary (docs/engine.md §4.1): token texts, attributes and scores,
  * the text -> id table, BPE merges and their ranks, special tokens and their
  * trie, the end-of-generation set, built from a tok_vocab_desc (the GGUF keys,
  * vocab_gguf.c, or arrays made in memory by the tests). Also the small

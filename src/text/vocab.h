@@ -1,5 +1,5 @@
 /*
- * The vocabulary a tokenizer works on (engine-notes.md §4.1), and the helpers
+ * The vocabulary a tokenizer works on (docs/engine.md §4.1), and the helpers
  * the text/ files share: vocab.c builds it (from vocab_gguf.c's GGUF keys or
  * from arrays in memory), tok_spm.c and tok_bpe.c encode with it, tokenizer.c
  * splits special tokens and decodes. The struct is visible to those files and

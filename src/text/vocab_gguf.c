@@ -1,4 +1,4 @@
-/* The vocabulary from a GGUF file's tokenizer.* keys (engine-notes.md §4.1). */
+/* The vocabulary from a GGUF file's tokenizer.* keys (docs/engine.md §4.1). */
 #include <stdio.h>
 #include <stdlib.h>
 
