@@ -133,7 +133,7 @@ bench: all $(GEMMA_MODEL)
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
 fuzz: $(BUILD)/fuzz_gguf
-FUZZ_GGUF_SRC = src/format/gguf.c src/base/error.c
+FUZZ_GGUF_SRC = src/format/gguf.c src/format/gguf_format.c src/base/error.c
 $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 	@mkdir -p $(BUILD)
 	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) -o $@ -lm

@@ -18,7 +18,7 @@ cat >"$work/gen.c" <<'EOF'
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 static const char *g_dir;
 
@@ -161,6 +161,6 @@ EOF
 
 mkdir -p "$out"
 "$cc" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -o "$work/gen" \
-    "$work/gen.c" src/format/gguf.c src/base/error.c -lm
+    "$work/gen.c" src/format/gguf.c src/format/gguf_write.c src/format/gguf_format.c src/base/error.c -lm
 "$work/gen" "$out"
 ls -l "$out"
