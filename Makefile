@@ -80,7 +80,8 @@ SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 .DEFAULT_GOAL := all
 
 # MPI=1: promptkv eval shards samples over MPI ranks (mpicc, -DPKV_MPI). Only
-# cli/cmd_eval.c uses MPI; a stamp rebuilds it (and relinks) when the setting changes.
+# cli/cmd_eval.c and cli/eval_args.c (its usage text) use MPI; a stamp rebuilds
+# them (and relinks) when the setting changes.
 ifeq ($(MPI),1)
 CC := mpicc
 CFLAGS_COMMON += -DPKV_MPI
@@ -88,7 +89,7 @@ endif
 MPI_STAMP := $(BUILD)/.mpi-$(if $(filter 1,$(MPI)),on,off)
 $(MPI_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mpi-* && touch $@
-$(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
+$(BUILD)/cli/cmd_eval.o $(BUILD)/cli/eval_args.o: $(MPI_STAMP)
 
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
