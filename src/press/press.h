@@ -83,19 +83,51 @@ typedef struct {
     void *state;       /* what a press's score() leaves for its select() (arena memory) */
 } pkv_press_selection;
 
-/* Options of a press: parsed from "key=value" strings so the CLI, the
- * evaluation and the server share one vocabulary. */
+/* Options as data: one table per press (and one of the options every press
+ * shares, registry.c) from which the registry parses "key=value" strings,
+ * lists the help of --help-press and checks the server's kv_compression keys,
+ * so the CLI, the evaluation and the server share one vocabulary. */
+typedef enum {
+    PKV_OPT_CUSTOM = 0, /* parsed by the press's set_option */
+    PKV_OPT_INT,        /* int in [lo, hi] */
+    PKV_OPT_REAL,       /* double in [lo, hi] (or [lo, hi) with PKV_OPT_BELOW_HI) */
+    PKV_OPT_U64,        /* uint64_t, non-negative */
+    PKV_OPT_CHOICE,     /* int: the value of the choice named */
+    PKV_OPT_SPAN        /* BEGIN:END, added to the protected spans (repeatable) */
+} pkv_press_opt_type;
+
+enum { PKV_OPT_ODD = 1, PKV_OPT_BELOW_HI = 2 };
+
+typedef struct {
+    const char *name;
+    int value;
+} pkv_press_choice;
+
 typedef struct {
     const char *key;
     const char *help;
+    pkv_press_opt_type type;
+    size_t offset;                    /* of the field in the press's parameters (the common ones: pkv_press_cfg) */
+    double lo, hi;                    /* PKV_OPT_INT, PKV_OPT_REAL */
+    unsigned flags;                   /* PKV_OPT_ODD, PKV_OPT_BELOW_HI */
+    const pkv_press_choice *choices;  /* PKV_OPT_CHOICE, ended by a NULL name */
+    const char *clears;               /* an option set back to 0 when this one is set (budget and ratio) */
+    const char *why;                  /* said when a value is refused: why the range is what it is */
 } pkv_press_option;
+
+/* Sets the option o of a table from text into obj (the parameters its
+ * offsets index); who names the press in messages. */
+int pkv_press_option_set(const pkv_press_option *table, const pkv_press_option *o, void *obj, const char *who,
+                         const char *value, pkv_press_cfg *cfg, pkv_error *err);
 
 struct pkv_press_ops {
     const char *name;
     const char *summary;
-    const pkv_press_option *options; /* press-specific options, NULL-terminated by key */
+    const pkv_press_option *options; /* press-specific options, ended by a NULL key */
     size_t params_size;              /* bytes of the press's parameter struct */
     void (*defaults)(void *params);
+    /* Options whose type is PKV_OPT_CUSTOM (NULL when the table says all):
+     * 0 set, 1 not this press's, -1 refused. */
     int (*set_option)(void *params, const char *key, const char *value, pkv_error *err);
     /* Validates parameters against the common ones (window, budget). */
     int (*check)(const void *params, int window, int budget, pkv_error *err);

@@ -42,6 +42,7 @@
 #include "press/protokv.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,51 +58,53 @@ typedef struct {
     bool use_beta;
     double beta;
     int kappa;
-    bool edge_zero;
-    bool sign_similar;
+    int edge_zero;
+    int sign_similar;
     int r;
     int v;        /* 0: PROTOTYPES_TOTAL - 2^r */
     double sigma; /* 0: median pairwise distance of the candidates */
-    bool score_attn;
-    bool agg_mean;
-    bool overflow_skip;
+    int score_attn;
+    int agg_mean;
+    int overflow_skip;
     pkv_protokv_times *times; /* benchmarks only (pkv_protokv_profile) */
 } protokv_params;
 
+static const pkv_press_choice EDGES[] = {{"exist", 0}, {"zero", 1}, {NULL, 0}};
+static const pkv_press_choice SIGNS[] = {{"deviate", 0}, {"similar", 1}, {NULL, 0}};
+static const pkv_press_choice SCORES[] = {{"logit", 0}, {"attn", 1}, {NULL, 0}};
+static const pkv_press_choice AGGS[] = {{"sum", 0}, {"mean", 1}, {NULL, 0}};
+static const pkv_press_choice OVERFLOWS[] = {{"fill", 0}, {"skip", 1}, {NULL, 0}};
+
+#define P(field) offsetof(protokv_params, field)
 static const pkv_press_option PROTOKV_OPTIONS[] = {
-    {"m", "SAT candidates: the m rows of highest outlier degree (default 32; the seed: 20-40 work best)"},
-    {"beta", "instead of m, every row with outlier degree > beta (a number, or none: default)"},
-    {"kappa", "radius of the local similarity, self included (default 5)"},
-    {"edge", "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)"},
-    {"sign", "deviate (default: SATs are the rows least similar to their neighbours) | similar (the most)"},
-    {"r", "LSH bits: u = 2^r SAT buckets (default 2)"},
-    {"v", "chunk prototypes of the other rows (default 500 - 2^r; at most one per row)"},
-    {"sigma", "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
-    {"score", "logit (default: q.k summed over the window queries and the query group) | attn (SnapKV's votes)"},
-    {"agg", "sum (default) | mean: a cluster's score from its rows' votes"},
-    {"overflow", "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)"},
-    {NULL, NULL},
+    {.key = "m", .help = "SAT candidates: the m rows of highest outlier degree (default 32; the write-up: 20-40 work best)",
+     .type = PKV_OPT_INT, .offset = P(m), .lo = 1, .hi = 1 << 24},
+    {.key = "beta", .help = "instead of m, every row with outlier degree > beta (a number, or none: default)"},
+    {.key = "kappa", .help = "radius of the local similarity, self included (default 5)", .type = PKV_OPT_INT,
+     .offset = P(kappa), .lo = 0, .hi = 1 << 16},
+    {.key = "edge",
+     .help = "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)",
+     .type = PKV_OPT_CHOICE, .offset = P(edge_zero), .choices = EDGES},
+    {.key = "sign", .help = "deviate (default: SATs are the rows least similar to their neighbours) | similar (the most)",
+     .type = PKV_OPT_CHOICE, .offset = P(sign_similar), .choices = SIGNS},
+    {.key = "r", .help = "LSH bits: u = 2^r SAT buckets (default 2)", .type = PKV_OPT_INT, .offset = P(r), .lo = 1,
+     .hi = MAX_LSH_BITS},
+    {.key = "v", .help = "chunk prototypes of the other rows (default 500 - 2^r; at most one per row)",
+     .type = PKV_OPT_INT, .offset = P(v), .lo = 1, .hi = 1 << 24},
+    {.key = "sigma", .help = "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
+    {.key = "score", .help = "logit (default: q.k summed over the window queries and the query group) | attn (SnapKV's votes)",
+     .type = PKV_OPT_CHOICE, .offset = P(score_attn), .choices = SCORES},
+    {.key = "agg", .help = "sum (default) | mean: a cluster's score from its rows' votes", .type = PKV_OPT_CHOICE,
+     .offset = P(agg_mean), .choices = AGGS},
+    {.key = "overflow",
+     .help = "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)",
+     .type = PKV_OPT_CHOICE, .offset = P(overflow_skip), .choices = OVERFLOWS},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
+#undef P
 
 static void protokv_defaults(void *p) {
     *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2};
-}
-
-static int parse_long(const char *key, const char *value, long lo, long hi, long *out, pkv_error *err) {
-    char *end;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end || v < lo || v > hi)
-        return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be an integer in [%ld, %ld], got '%s'", key, lo, hi, value);
-    *out = v;
-    return 0;
-}
-
-static int parse_choice(const char *key, const char *value, const char *a, const char *b, bool *is_b,
-                        pkv_error *err) {
-    if (!strcmp(value, a)) *is_b = false;
-    else if (!strcmp(value, b)) *is_b = true;
-    else return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be %s or %s, got '%s'", key, a, b, value);
-    return 0;
 }
 
 static int parse_positive(const char *key, const char *value, double *out, pkv_error *err) {
@@ -113,13 +116,11 @@ static int parse_positive(const char *key, const char *value, double *out, pkv_e
     return 0;
 }
 
+/* The two options whose values are a number or a word (the table's
+ * PKV_OPT_CUSTOM entries). */
 static int protokv_set(void *pp, const char *key, const char *value, pkv_error *err) {
     protokv_params *p = pp;
-    long v;
-    if (!strcmp(key, "m")) {
-        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
-        p->m = (int)v;
-    } else if (!strcmp(key, "beta")) {
+    if (!strcmp(key, "beta")) {
         if (!strcmp(value, "none")) {
             p->use_beta = false;
             return 0;
@@ -130,35 +131,16 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
             return pkv_fail(err, PKV_ERR_ARG, "protokv beta must be a number or none, got '%s'", value);
         p->beta = b;
         p->use_beta = true;
-    } else if (!strcmp(key, "kappa")) {
-        if (parse_long(key, value, 0, 1 << 16, &v, err)) return -1;
-        p->kappa = (int)v;
-    } else if (!strcmp(key, "edge")) {
-        return parse_choice(key, value, "exist", "zero", &p->edge_zero, err);
-    } else if (!strcmp(key, "sign")) {
-        return parse_choice(key, value, "deviate", "similar", &p->sign_similar, err);
-    } else if (!strcmp(key, "r")) {
-        if (parse_long(key, value, 1, MAX_LSH_BITS, &v, err)) return -1;
-        p->r = (int)v;
-    } else if (!strcmp(key, "v")) {
-        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
-        p->v = (int)v;
-    } else if (!strcmp(key, "sigma")) {
+        return 0;
+    }
+    if (!strcmp(key, "sigma")) {
         if (!strcmp(value, "median")) {
             p->sigma = 0.0;
             return 0;
         }
         return parse_positive(key, value, &p->sigma, err);
-    } else if (!strcmp(key, "score")) {
-        return parse_choice(key, value, "logit", "attn", &p->score_attn, err);
-    } else if (!strcmp(key, "agg")) {
-        return parse_choice(key, value, "sum", "mean", &p->agg_mean, err);
-    } else if (!strcmp(key, "overflow")) {
-        return parse_choice(key, value, "fill", "skip", &p->overflow_skip, err);
-    } else {
-        return 1; /* not ours */
     }
-    return 0;
+    return 1; /* not ours */
 }
 
 static int protokv_forced_window(const void *p, int window) {
