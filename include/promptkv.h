@@ -259,37 +259,6 @@ bool pkv_press_list(int i, const char **name, const char **summary);
 /* Options of a press (the common ones first); press may be NULL. */
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help);
 
-/* What ProtoKV decided for one KV head of one layer (promptkv inspect
- * --clusters). Rows are the head's rows before the press, ascending position;
- * the first n_prefix are scored, the rest is the observation window. Pointers
- * live only during the callback. */
-typedef struct {
-    int layer, head;
-    int n_rows, n_prefix;
-    const int32_t *pos;           /* [n_rows] original positions */
-    const double *theta;          /* [n_prefix] outlier degree (standardised local deviation) */
-    const int32_t *sat_bucket;    /* [n_prefix] LSH bucket of a SAT candidate, -1 for the others */
-    const int32_t *cluster;       /* [n_prefix] cluster the row joined */
-    int n_clusters;               /* clusters [0, n_sat_clusters) grew from SAT prototypes, the rest from chunks */
-    int n_sat_clusters;
-    const int32_t *cluster_size;  /* [n_clusters] rows that joined */
-    const double *cluster_score;  /* [n_clusters] psi */
-    const int8_t *cluster_kept;   /* [n_clusters] 2 kept whole, 1 partly (overflow fill), 0 evicted */
-    const bool *row_kept;         /* [n_rows] */
-    /* Do the SAT candidates cluster? Mean cosine among them and between them
-     * and the other prefix rows; the same for an equally large seeded random
-     * subset (the control). Gamma = intra / inter. */
-    double sat_intra, sat_inter, rand_intra, rand_inter;
-} pkv_cluster_view;
-
-typedef void (*pkv_cluster_view_fn)(void *user, const pkv_cluster_view *view);
-
-/* Calls fn with the press's clusters of KV head `head` of layer `layer` (-1:
- * every full layer / every head) each time it runs; only for presses that
- * form clusters (protokv), an error otherwise. fn = NULL stops watching. */
-int pkv_press_cfg_watch_clusters(pkv_press_cfg *cfg, int layer, int head, pkv_cluster_view_fn fn, void *user,
-                                 pkv_error *err);
-
 /* ---------------------------------------------------------------- session */
 
 typedef struct pkv_session pkv_session;

@@ -237,7 +237,29 @@ static void print_header(void) {
            "retention | wall snapkv / protokv ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
-static void print_row(const char *what, int L, timing snap, timing proto, const pkv_protokv_times *t) {
+/* Seconds in each ProtoKV step, summed over heads and layers (from the press's observer). */
+typedef struct {
+    double similarity, lsh, prototypes, assignment, scoring, retention;
+} step_times;
+
+static void add_step(void *user, const char *step, double seconds) {
+    step_times *t = user;
+    double *slot = !strcmp(step, "similarity")   ? &t->similarity
+                   : !strcmp(step, "lsh")        ? &t->lsh
+                   : !strcmp(step, "prototypes") ? &t->prototypes
+                   : !strcmp(step, "assignment") ? &t->assignment
+                   : !strcmp(step, "scoring")    ? &t->scoring
+                                                 : &t->retention;
+    *slot += seconds;
+}
+
+/* Times ProtoKV's steps into *t (NULL: stop). */
+static void profile(pkv_press_cfg *cfg, step_times *t) {
+    pkv_press_observer ob = {.layer = -1, .head = -1, .step = add_step, .user = t};
+    pkv_press_cfg_observe(cfg, t ? &ob : NULL, NULL);
+}
+
+static void print_row(const char *what, int L, timing snap, timing proto, const step_times *t) {
     double tot = t->similarity + t->lsh + t->prototypes + t->assignment + t->scoring + t->retention;
     if (tot <= 0) tot = 1;
     printf("| %s | %d | %.1f | %.1f | %.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f / %.1f |\n", what,
@@ -265,10 +287,10 @@ static int bench_synthetic(const bench_args *a) {
             .comp = &comp,
         };
         timing t_snap = time_press(snap, &in, a->reps);
-        pkv_protokv_times times = {0};
-        pkv_protokv_profile(proto, &times);
+        step_times times = {0};
+        profile(proto, &times);
         timing t_proto = time_press(proto, &in, a->reps);
-        pkv_protokv_profile(proto, NULL);
+        profile(proto, NULL);
         print_row("synthetic", L, t_snap, t_proto, &times);
         free_layer(&sl);
     }
@@ -360,7 +382,7 @@ static int capture_score(const void *params, const pkv_press_input *in, pkv_pres
     c->in.values = NULL;
     c->in.attn_sum = NULL;
     c->in.attn_count = NULL;
-    c->in.watch = NULL;
+    c->in.observer = NULL;
     for (int s = 0; s < sel->n_sel; s++) memset(sel->scores[s], 0, (size_t)in->n_rows[pkv_sel_kv_head(in, sel, s)] * sizeof(float));
     return 0;
 }
@@ -429,13 +451,13 @@ static int bench_model(const bench_args *a) {
         fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s, captured %d layers\n", L, pkv_now_seconds() - t0,
                 store.n);
         timing t_snap = {0}, t_proto = {0};
-        pkv_protokv_times times = {0};
+        step_times times = {0};
         for (int l = 0; l < store.n; l++) {
             store.layers[l].in.comp = &comp;
             timing ts = time_press(snap, &store.layers[l].in, a->reps);
-            pkv_protokv_profile(proto, &times);
+            profile(proto, &times);
             timing tp = time_press(proto, &store.layers[l].in, a->reps);
-            pkv_protokv_profile(proto, NULL);
+            profile(proto, NULL);
             t_snap.cpu += ts.cpu;
             t_snap.wall += ts.wall;
             t_proto.cpu += tp.cpu;
@@ -512,7 +534,9 @@ static int bench_gamma(const bench_args *a) {
             snprintf(setting, sizeof setting, "%s %s", SETTINGS[k][0][0] == 'm' ? "top" : "theta >", SETTINGS[k][1]);
             gamma_tally t = {.text = name, .setting = setting};
             if (!cfg || pkv_press_cfg_set(cfg, SETTINGS[k][0], SETTINGS[k][1], &err) ||
-                pkv_press_cfg_watch_clusters(cfg, -1, -1, on_view, &t, &err) || pkv_session_copy(dst, src, cfg, NULL, &err)) {
+                pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = &t},
+                                      &err) ||
+                pkv_session_copy(dst, src, cfg, NULL, &err)) {
                 fprintf(stderr, "bench-press: %s\n", err.msg);
                 return 1;
             }

@@ -20,19 +20,11 @@
 
 #include "base/arena.h"
 #include "kernels/ops.h"
+#include "press/observer.h"
 #include "promptkv.h"
 
 /* What a press sees of one layer. Rows of a head are in ascending position
  * order; the window is the newest `window` rows of every head. */
-/* A watcher of the clusters a grouping press (ProtoKV) forms: the press calls
- * fn with its decisions for KV head `head` of layer `layer` (-1: every layer,
- * every head). Set through pkv_press_cfg_watch_clusters; inspection only. */
-typedef struct {
-    int layer;
-    int head;
-    pkv_cluster_view_fn fn;
-    void *user;
-} pkv_press_watch;
 
 typedef struct {
     int layer;
@@ -65,7 +57,7 @@ typedef struct {
     const pkv_compute *comp;  /* kernels and threads the press may use */
     pkv_arena *arena;         /* scratch for this layer; reset by the framework */
     uint64_t seed;            /* per-press seed mixed with layer and head */
-    const pkv_press_watch *watch; /* NULL unless a caller watches clusters (set by pkv_press_run) */
+    const pkv_press_observer *observer; /* NULL unless a caller observes the press (set by pkv_press_run) */
 } pkv_press_input;
 
 typedef struct pkv_press_ops pkv_press_ops;
@@ -135,7 +127,7 @@ struct pkv_press_ops {
     /* What the framework must provide. */
     bool needs_values;
     bool needs_attn_sum;
-    /* The press groups rows into clusters and reports them to a watcher. */
+    /* The press groups rows into clusters and reports them to an observer. */
     bool reports_clusters;
     /* Rows the press keeps unconditionally at the end of each head (the
      * observation window), given the configured window. */
@@ -173,7 +165,7 @@ struct pkv_press_cfg {
     uint64_t seed;
     pkv_span *protect;
     int n_protect;
-    pkv_press_watch watch;    /* fn == NULL: nobody watches */
+    pkv_press_observer observer; /* no callbacks: nobody observes */
 };
 
 /* ---------------------------------------------------------------- framework */

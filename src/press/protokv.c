@@ -1,7 +1,7 @@
 /*
  * ProtoKV (ICLR 2026): the keys of a head are grouped around prototypes and
  * whole groups are kept or evicted. The official repository holds no method
- * code; this follows algorithms.md B.0, the project's reading of the seed
+ * code; this follows docs/presses.md B.0, the project's reading of the write-up
  * document, per full-attention layer and KV head on the prefix [0, P) of
  * post-RoPE keys (the observation window of the last w rows is kept whole, as
  * in SnapKV, so budgets compare):
@@ -25,7 +25,7 @@
  *  6. every prefix row joins the prototype of highest cosine (first wins
  *     ties; SAT prototypes come first, in bucket order, then the chunks);
  *  7. cluster score psi = sum over its rows of q.k summed over the window
- *     queries and the query heads of the KV head (raw logits, as the seed
+ *     queries and the query heads of the KV head (raw logits, as the write-up
  *     writes it) or, score=attn, of SnapKV's softmax votes; agg=mean divides
  *     by the cluster size;
  *  8. clusters in psi order (ties to the lower cluster) are kept whole while
@@ -47,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "press.h"
 #include "base/prng.h"
@@ -66,7 +67,6 @@ typedef struct {
     int score_attn;
     int agg_mean;
     int overflow_skip;
-    pkv_protokv_times *times; /* benchmarks only (pkv_protokv_profile) */
 } protokv_params;
 
 static const pkv_press_choice EDGES[] = {{"exist", 0}, {"zero", 1}, {NULL, 0}};
@@ -153,12 +153,6 @@ static int chunk_count(const protokv_params *p) {
     if (p->v > 0) return p->v;
     int v = PROTOTYPES_TOTAL - (1 << p->r);
     return v > 1 ? v : 1;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---------------------------------------------------------------- the steps */
@@ -361,11 +355,16 @@ typedef struct {
     float *attn, *attn_scratch;
 } scratch_bufs;
 
-static void lap(pkv_protokv_times *t, double *slot, double *t0) {
-    if (!t) return;
-    double t1 = now_seconds();
-    *slot += t1 - *t0;
+/* Tells the observer, if it times steps, the seconds since *t0 spent in `step`. */
+static void lap(const pkv_press_observer *ob, const char *step, double *t0) {
+    if (!ob) return;
+    double t1 = pkv_now_seconds();
+    ob->step(ob->user, step, t1 - *t0);
     *t0 = t1;
+}
+
+static const pkv_press_observer *timer(const pkv_press_input *in) {
+    return in->observer && in->observer->step ? in->observer : NULL;
 }
 
 /* Step 7 per row: raw window logits, or SnapKV's softmax votes (A.4 S1-S4),
@@ -397,8 +396,8 @@ static void row_votes(const protokv_params *p, const pkv_press_input *in, int g,
 /* Steps 1-7 for KV head g. */
 static int cluster_head(const protokv_params *p, const pkv_press_input *in, int g, scratch_bufs *sb, head_clusters *hc,
                         pkv_error *err) {
-    pkv_protokv_times *t = p->times;
-    double t0 = t ? now_seconds() : 0.0;
+    const pkv_press_observer *t = timer(in);
+    double t0 = t ? pkv_now_seconds() : 0.0;
     const pkv_kernels *kern = in->comp->kern;
     int dim = in->head_dim_k, n = hc->n_prefix;
     const float *keys = in->keys[g];
@@ -413,7 +412,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     outlier_degree(sb->sim, n, p->sign_similar, hc->theta);
     int n_sat = sat_candidates(p, hc->theta, n, in->arena, sb->sat);
     if (n_sat < 0) goto nomem;
-    lap(t, t ? &t->similarity : NULL, &t0);
+    lap(t, "similarity", &t0);
 
     double sigma = p->sigma > 0.0 ? p->sigma : median_distance(keys, dim, sb->sat, n_sat, in->arena);
     double *W = pkv_arena_alloc(in->arena, (size_t)p->r * dim * sizeof(double)), b[MAX_LSH_BITS];
@@ -422,7 +421,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     for (int i = 0; i < n; i++) hc->sat_bucket[i] = -1;
     for (int s = 0; s < n_sat; s++)
         hc->sat_bucket[sb->sat[s]] = pkv_protokv_lsh_bucket(W, b, p->r, dim, keys + (size_t)sb->sat[s] * dim);
-    lap(t, t ? &t->lsh : NULL, &t0);
+    lap(t, "lsh", &t0);
 
     /* step 4: one prototype per non-empty bucket, in bucket order */
     int n_protos = 0, n_buckets = 1 << p->r;
@@ -449,11 +448,11 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
         normalise_into(sb->sum, dim, sb->protos + (size_t)n_protos++ * dim);
     }
     hc->n_clusters = n_protos;
-    lap(t, t ? &t->prototypes : NULL, &t0);
+    lap(t, "prototypes", &t0);
 
     /* step 6 */
     pkv_protokv_nearest(kern, sb->unit, n, sb->protos, n_protos, dim, hc->cluster);
-    lap(t, t ? &t->assignment : NULL, &t0);
+    lap(t, "assignment", &t0);
 
     /* step 7 */
     row_votes(p, in, g, keys, n, sb, hc->vote);
@@ -467,7 +466,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     if (p->agg_mean)
         for (int c = 0; c < n_protos; c++)
             if (hc->size[c]) hc->psi[c] /= hc->size[c];
-    lap(t, t ? &t->scoring : NULL, &t0);
+    lap(t, "scoring", &t0);
     return 0;
 nomem:
     return pkv_fail(err, PKV_ERR_NOMEM, "out of memory clustering layer %d head %d", in->layer, g);
@@ -572,7 +571,7 @@ static double cosine(const float *a, const float *b, int dim) {
 }
 
 /* Mean cosine among the marked rows and between them and the others (the
- * seed's Gamma = intra / inter, "do the SATs cluster"). */
+ * write-up's Gamma = intra / inter, "do the SATs cluster"). */
 static void group_similarity(const float *keys, int n, int dim, const bool *in_group, double *intra, double *inter) {
     double s_in = 0.0, s_out = 0.0;
     long n_in = 0, n_out = 0;
@@ -630,14 +629,17 @@ static int report_head(const pkv_press_input *in, int g, const head_clusters *hc
     };
     group_similarity(in->keys[g], np, dim, sat, &view.sat_intra, &view.sat_inter);
     group_similarity(in->keys[g], np, dim, rnd, &view.rand_intra, &view.rand_inter);
-    in->watch->fn(in->watch->user, &view);
+    in->observer->clusters(in->observer->user, &view);
     return 0;
 }
 
 static int protokv_select(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     const protokv_params *p = pp;
     const head_clusters *heads = sel->state;
-    double t0 = p->times ? now_seconds() : 0.0;
+    const pkv_press_observer *t = timer(in);
+    double t0 = t ? pkv_now_seconds() : 0.0;
+    const pkv_press_observer *ob = in->observer;
+    bool watching = ob && ob->clusters && (ob->layer < 0 || ob->layer == in->layer);
     for (int g = 0; g < sel->n_sel; g++) {
         int n = in->n_rows[g];
         const head_clusters *hc = &heads[g];
@@ -656,19 +658,14 @@ static int protokv_select(const void *pp, const pkv_press_input *in, pkv_press_s
             if (take[j]) keep[m++] = j;
         sel->keep[g] = keep;
         sel->n_keep[g] = m;
-        if (in->watch && hc->n_prefix > 0 && (in->watch->head < 0 || in->watch->head == g) &&
+        if (watching && hc->n_prefix > 0 && (ob->head < 0 || ob->head == g) &&
             report_head(in, g, hc, take, cluster_kept))
             return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reporting layer %d", in->layer);
     }
-    if (p->times) p->times->retention += now_seconds() - t0;
+    lap(t, "retention", &t0);
     return 0;
 }
 
-int pkv_protokv_profile(pkv_press_cfg *cfg, pkv_protokv_times *times) {
-    if (!cfg || !cfg->ops || strcmp(cfg->ops->name, "protokv")) return -1;
-    ((protokv_params *)cfg->params)->times = times;
-    return 0;
-}
 
 const pkv_press_ops pkv_press_protokv = {
     .name = "protokv",

@@ -20,18 +20,4 @@ void pkv_protokv_lsh_draw(uint64_t seed, int layer, int head, int r, int dim, do
 /* Bucket of a key: bit i (most significant first) is cos(W_i . key + b_i) > 0. */
 int pkv_protokv_lsh_bucket(const double *W, const double *b, int r, int dim, const float *key);
 
-/* Seconds spent in each step, summed over heads and layers. */
-typedef struct {
-    double similarity;  /* unit vectors, neighbourhood similarity, outlier degree, SAT candidates */
-    double lsh;         /* bandwidth, hash draw, buckets */
-    double prototypes;  /* SAT and chunk prototypes */
-    double assignment;  /* nearest prototype of every prefix row */
-    double scoring;     /* window votes and cluster scores */
-    double retention;   /* whole clusters under the budget */
-} pkv_protokv_times;
-
-/* Makes cfg's protokv press add its step times to *times (NULL: stop);
- * benchmarks only. Returns -1 if cfg's press is not protokv. */
-int pkv_protokv_profile(pkv_press_cfg *cfg, pkv_protokv_times *times);
-
 #endif

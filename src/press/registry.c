@@ -207,11 +207,11 @@ int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len) {
     return n;
 }
 
-int pkv_press_cfg_watch_clusters(pkv_press_cfg *cfg, int layer, int head, pkv_cluster_view_fn fn, void *user,
-                                 pkv_error *err) {
-    if (fn && (!cfg || !cfg->ops || !cfg->ops->reports_clusters))
+int pkv_press_cfg_observe(pkv_press_cfg *cfg, const pkv_press_observer *obs, pkv_error *err) {
+    if (obs && obs->clusters && (!cfg || !cfg->ops || !cfg->ops->reports_clusters))
         return pkv_fail(err, PKV_ERR_ARG, "press '%s' forms no clusters to watch (protokv does)", pkv_press_cfg_name(cfg));
     if (!cfg) return 0;
-    cfg->watch = (pkv_press_watch){.layer = layer, .head = head, .fn = fn, .user = user};
+    if (obs) cfg->observer = *obs;
+    else memset(&cfg->observer, 0, sizeof cfg->observer);
     return 0;
 }
