@@ -158,7 +158,8 @@ static const cli_flag BENCH_FLAGS[] = {
 };
 
 /* The flags that take lists, and -o. */
-static int parse_list_flag(bench_args *a, int argc, char **argv, int *i) {
+static int parse_list_flag(void *args, int argc, char **argv, int *i) {
+    bench_args *a = args;
     const char *cmd = "bench", *f = argv[*i], *v;
     bool known = !strcmp(f, "-p") || !strcmp(f, "--depths") || !strcmp(f, "--mem-probe") || !strcmp(f, "-o");
     if (!known) return 0;
@@ -188,23 +189,9 @@ static int parse_args(bench_args *a, int argc, char **argv) {
     a->engine.n_threads = a->o.n_threads;
     a->engine.n_batch = a->o.n_batch;
     a->engine.cache_type = a->o.cache_type;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            fputs(BENCH_USAGE, stdout);
-            press_args_usage(stdout);
-            return 1;
-        }
-        int pr = press_args_parse(&a->pa, cmd, argc, argv, &i);
-        if (pr == 0) pr = cli_command_flag(cmd, &a->engine, BENCH_FLAGS, a, argc, argv, &i);
-        if (pr == 0) pr = parse_list_flag(a, argc, argv, &i);
-        if (pr < 0) return -1;
-        if (pr == 0) {
-            if (!cli_value(cmd, argc, argv, &i)) return -1;
-            cli_error(cmd, "unknown option '%s' (see promptkv bench --help)", f);
-            return -1;
-        }
-    }
+    int rc = cli_parse_command(cmd, BENCH_USAGE, false, &a->pa, &a->engine, BENCH_FLAGS, a, parse_list_flag, true, argc,
+                               argv);
+    if (rc) return rc;
     a->o.n_threads = a->engine.n_threads;
     a->o.n_batch = a->engine.n_batch;
     a->o.cache_type = a->engine.cache_type;

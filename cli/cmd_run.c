@@ -87,21 +87,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
     pkv_session_opts_default(&a->sopts);
     pkv_sampler_params_default(&a->sampling);
     a->engine.cache_type = a->sopts.cache_type;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help") || !strcmp(f, "--help-press")) {
-            fputs(RUN_USAGE, stdout);
-            press_args_usage(stdout);
-            return 1;
-        }
-        int pr = press_args_parse(&a->press, cmd, argc, argv, &i);
-        if (pr == 0) pr = cli_command_flag(cmd, &a->engine, RUN_FLAGS, a, argc, argv, &i);
-        if (pr < 0) return -1;
-        if (pr == 0) {
-            cli_error(cmd, "unknown option '%s' (see promptkv run --help)", f);
-            return -1;
-        }
-    }
+    int rc = cli_parse_command(cmd, RUN_USAGE, true, &a->press, &a->engine, RUN_FLAGS, a, NULL, false, argc, argv);
+    if (rc) return rc;
     a->sopts.n_threads = a->engine.n_threads;
     if (a->engine.n_batch) a->sopts.n_batch = a->engine.n_batch;
     a->sopts.cache_type = a->engine.cache_type;

@@ -90,21 +90,9 @@ static int parse_args(int argc, char **argv, serve_args *a) {
     memset(a, 0, sizeof *a);
     pkv_server_opts_default(&a->opts);
     a->engine.cache_type = a->opts.cache_type;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help") || !strcmp(f, "--help-press")) {
-            fputs(SERVE_USAGE, stdout);
-            press_args_usage(stdout);
-            return 1;
-        }
-        int pr = press_args_parse(&a->press, cmd, argc, argv, &i);
-        if (pr == 0) pr = cli_command_flag(cmd, &a->engine, SERVE_FLAGS, a, argc, argv, &i);
-        if (pr < 0) return -1;
-        if (pr == 0) {
-            cli_error(cmd, "unknown option '%s' (see promptkv serve --help)", f);
-            return -1;
-        }
-    }
+    int rc = cli_parse_command(cmd, SERVE_USAGE, true, &a->press, &a->engine, SERVE_FLAGS, a, NULL, false, argc,
+                               argv);
+    if (rc) return rc;
     if (a->engine.n_threads) a->opts.threads_per_slot = a->engine.n_threads;
     if (a->engine.n_batch) a->opts.n_batch = a->engine.n_batch;
     a->opts.cache_type = a->engine.cache_type;

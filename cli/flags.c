@@ -1,8 +1,10 @@
 #include "flags.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "args.h"
+#include "press_args.h"
 
 const cli_flag CLI_ENGINE_FLAGS[] = {
     {"--model", "-m", CLI_TEXT, offsetof(cli_engine_args, model_path), 0, 0, NULL},
@@ -66,4 +68,28 @@ int cli_command_flag(const char *cmd, cli_engine_args *engine, const cli_flag *o
                      char **argv, int *i) {
     int rc = cli_flag_parse(cmd, CLI_ENGINE_FLAGS, engine, argc, argv, i);
     return rc ? rc : cli_flag_parse(cmd, own, args, argc, argv, i);
+}
+
+int cli_parse_command(const char *cmd, const char *usage, bool help_press, struct press_args *pa,
+                      cli_engine_args *engine, const cli_flag *own, void *args,
+                      int (*extra)(void *args, int argc, char **argv, int *i), bool unknown_takes_value, int argc,
+                      char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help") || (help_press && !strcmp(f, "--help-press"))) {
+            fputs(usage, stdout);
+            press_args_usage(stdout);
+            return 1;
+        }
+        int rc = press_args_parse(pa, cmd, argc, argv, &i);
+        if (rc == 0) rc = cli_command_flag(cmd, engine, own, args, argc, argv, &i);
+        if (rc == 0 && extra) rc = extra(args, argc, argv, &i);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            if (unknown_takes_value && !cli_value(cmd, argc, argv, &i)) return -1;
+            cli_error(cmd, "unknown option '%s' (see promptkv %s --help)", f, cmd);
+            return -1;
+        }
+    }
+    return 0;
 }

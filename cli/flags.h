@@ -56,4 +56,16 @@ extern const cli_flag CLI_ENGINE_FLAGS[];
 int cli_command_flag(const char *cmd, cli_engine_args *engine, const cli_flag *own, void *args, int argc,
                      char **argv, int *i);
 
+/* A command's whole argument list: -h/--help (and --help-press when
+ * help_press) print usage and the press options; then the press flags, the
+ * shared flags, the command's own table and, when not NULL, extra (flags a
+ * table cannot say: 1, 0 or -1 as cli_flag_parse). An unknown flag is an
+ * error (after its value, when unknown_takes_value). Returns 0, 1 when the
+ * usage was printed, -1 with an error printed. */
+struct press_args;
+int cli_parse_command(const char *cmd, const char *usage, bool help_press, struct press_args *pa,
+                      cli_engine_args *engine, const cli_flag *own, void *args,
+                      int (*extra)(void *args, int argc, char **argv, int *i), bool unknown_takes_value, int argc,
+                      char **argv);
+
 #endif
