@@ -71,6 +71,8 @@ $(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv_eval.a $(1)/lib
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv_eval.a $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/gguf-edit: $(1)/tools/gguf-edit.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 endef
@@ -95,7 +97,7 @@ $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
 .PHONY: all lib cli tests run test model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
-all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press
+all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/protokv-diagnose
 deps:
 	@tools/install-deps.sh
 lib: $(BUILD)/libpromptkv.a

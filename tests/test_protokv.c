@@ -592,3 +592,208 @@ TEST(protokv_reference_engine_tiny_qwen2) {
     pkv_session_free(s);
     pkv_model_free(m);
 }
+
+/* ---------------------------------------------------------------- the variants, by hand */
+
+/* A head whose raw window votes are chosen row by row: every window query is
+ * e0 (both query heads of the group), row i's key is a[i] e0 + e1, so
+ * vote(i) = 2 heads x w queries x a[i] under score=logit; the e1 part keeps
+ * every key non-zero and alike (local similarity plays no role with m = 0). */
+static void voted_layer(layer_env *e, int n, int window, const float *a) {
+    enum { DIM = 4 };
+    env_init(e, 1, DIM, n, window);
+    for (int i = 0; i < n; i++) {
+        e->keys[0][i * DIM + 0] = a[i];
+        e->keys[0][i * DIM + 1] = 1.0f;
+    }
+    for (int h = 0; h < 2; h++)
+        for (int r = 0; r < window; r++) e->q[(h * window + r) * DIM] = 1.0f;
+}
+
+static void kept_prefix(const pkv_press_selection *sel, int n_prefix, bool *kept) {
+    memset(kept, 0, (size_t)n_prefix);
+    for (int k = 0; k < sel->n_keep[0]; k++)
+        if (sel->keep[0][k] < n_prefix) kept[sel->keep[0][k]] = true;
+}
+
+/* 16 prefix rows in chunks of 4 (m = 0, assign=local, reach 0: chunk c is
+ * rows 4c..4c+3), budget 4 prefix rows + a window of 4: agg decides which
+ * chunk survives whole. Chunk 0 holds one strong vote (10, 0, 0, 0: sum 10,
+ * max 10), chunk 1 four middling ones (4, 4, 4, 4: sum 16, max 4), chunk 2 and
+ * 3 weak ones. */
+TEST(protokv_agg_sum_max_mean_by_hand) {
+    static layer_env e;
+    const float a[20] = {10, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 0};
+    voted_layer(&e, 20, 4, a);
+    const char *aggs[] = {"sum", "max", "mean"};
+    const int want_chunk[] = {1, 0, 1}; /* sum 16 > 10; max 10 > 4; mean 4 > 2.5 */
+    for (int k = 0; k < 3; k++) {
+        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign",
+                                                          "local", "reach", "0", "agg", aggs[k], NULL});
+        REQUIRE(cfg);
+        pkv_press_selection sel;
+        bool kept[16];
+        if (run_press(cfg, &e, &sel)) {
+            kept_prefix(&sel, 16, kept);
+            CHECK_EQ_INT(sel.n_keep[0], 8);
+            for (int i = 0; i < 16; i++)
+                CHECK_MSG(kept[i] == (i / 4 == want_chunk[k]), "agg=%s: row %d kept %d", aggs[k], i, kept[i]);
+        }
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_arena_free(&e.arena);
+}
+
+/* chunk=N gives ceil(R / N) chunk prototypes; reach 0 puts every row in its
+ * own chunk (clusters are contiguous), and a larger reach lets rows move. */
+TEST(protokv_chunk_and_local_assignment) {
+    static layer_env e;
+    planted_layer(&e, 16); /* 300 rows, window 8: 292 prefix rows */
+    seen_clusters seen = {0};
+    pkv_press_cfg *cfg = protokv_cfg(
+        (const char *[]){"budget", "64", "window", "8", "m", "0", "chunk", "10", "assign", "local", "reach", "0", NULL});
+    REQUIRE(cfg);
+    pkv_error err;
+    REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = 0, .head = 0, .clusters = on_view, .user = &seen}, &err) == 0);
+    pkv_press_selection sel;
+    if (run_press(cfg, &e, &sel)) {
+        CHECK_EQ_INT(seen.n_sat_clusters[0], 0);
+        CHECK_EQ_INT(seen.n_clusters[0], 30); /* ceil(292 / 10) */
+        for (int i = 0; i < 292; i++) {
+            /* chunk c holds ranks [floor(c R / v), floor((c+1) R / v)) */
+            int want = 0;
+            while (want < 29 && (long)(want + 1) * 292 / 30 <= i) want++;
+            CHECK_MSG(seen.cluster[0][i] == want, "row %d in cluster %d, its chunk is %d", i, seen.cluster[0][i], want);
+        }
+    }
+    pkv_press_cfg_free(cfg);
+    /* with the SAT candidates back, the planted far-apart rows share a SAT cluster under local assignment too */
+    seen = (seen_clusters){0};
+    cfg = protokv_cfg((const char *[]){"budget", "64", "window", "8", "m", "8", "chunk", "10", "assign", "local", NULL});
+    REQUIRE(cfg);
+    REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = 0, .head = 0, .clusters = on_view, .user = &seen}, &err) == 0);
+    if (run_press(cfg, &e, &sel)) {
+        CHECK(seen.cluster[0][GROUP_A[0]] < seen.n_sat_clusters[0]);
+        CHECK_EQ_INT(seen.cluster[0][GROUP_A[0]], seen.cluster[0][GROUP_A[4]]);
+        /* a chunk row joins a chunk at most `reach` (1) away from its own */
+        for (int i = 0; i < 292; i++) {
+            bool sat = contains(seen.sat[0], seen.n_sat[0], i);
+            int cl = seen.cluster[0][i] - seen.n_sat_clusters[0];
+            if (!sat && cl >= 0) {
+                int rank = i; /* rows before i that are not candidates */
+                for (int k = 0; k < seen.n_sat[0]; k++) rank -= seen.sat[0][k] < i;
+                int v = seen.n_clusters[0] - seen.n_sat_clusters[0], home = 0;
+                while (home < v - 1 && (long)(home + 1) * (292 - seen.n_sat[0]) / v <= rank) home++;
+                CHECK_MSG(abs(cl - home) <= 1, "row %d joined chunk %d, home %d", i, cl, home);
+            }
+        }
+    }
+    pkv_press_cfg_free(cfg);
+    pkv_arena_free(&e.arena);
+}
+
+/* kernel: the votes are pooled along positions before the clusters. One
+ * spike (row 9, vote 8) among zeros; chunks of 1 row (every row its own
+ * cluster), budget 3 prefix rows: without pooling ties to the lower position
+ * keep 9, 0, 1; avg pooling over 3 spreads the spike to rows 8 and 10. */
+TEST(protokv_vote_pooling_by_hand) {
+    static layer_env e;
+    float a[24] = {0};
+    a[9] = 8.0f;
+    voted_layer(&e, 24, 4, a);
+    const char *kernels[] = {"1", "3"};
+    const int want[2][3] = {{0, 1, 9}, {8, 9, 10}};
+    for (int k = 0; k < 2; k++) {
+        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "7", "window", "4", "m", "0", "chunk", "1", "assign",
+                                                          "local", "reach", "0", "kernel", kernels[k], "pool", "avg",
+                                                          NULL});
+        REQUIRE(cfg);
+        pkv_press_selection sel;
+        if (run_press(cfg, &e, &sel)) {
+            CHECK_EQ_INT(sel.n_keep[0], 7);
+            for (int j = 0; j < 3; j++) CHECK_EQ_INT(sel.keep[0][j], want[k][j]);
+        }
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_arena_free(&e.arena);
+}
+
+/* mix < 1 ranks rows by (1 - mix) vote + mix psi: with mix 0.5 a row of a
+ * strong cluster can lose to a strong row of a weak cluster. Chunks of 4:
+ * chunk 0 votes (3, 3, 3, 3) (psi max 3), chunk 1 (9, 0, 0, 0) (psi 9);
+ * budget 2 prefix rows. mix 1 (whole clusters): chunk 1's best rows, 4 and 5
+ * (fill, ties to the lower position). mix 0.5: row 4 scores 9, rows 5-7 4.5,
+ * rows 0-3 3: rows 4 and 5. mix 0: row 4 (9), then row 0 (3). */
+TEST(protokv_mix_by_hand) {
+    static layer_env e;
+    const float a[12] = {3, 3, 3, 3, 9, 0, 0, 0, 0, 0, 0, 0};
+    voted_layer(&e, 12, 4, a);
+    const char *mixes[] = {"1", "0.5", "0"};
+    const int want[3][2] = {{4, 5}, {4, 5}, {0, 4}};
+    for (int k = 0; k < 3; k++) {
+        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "6", "window", "4", "m", "0", "chunk", "4", "assign",
+                                                          "local", "reach", "0", "agg", "max", "mix", mixes[k], NULL});
+        REQUIRE(cfg);
+        pkv_press_selection sel;
+        if (run_press(cfg, &e, &sel)) {
+            CHECK_EQ_INT(sel.n_keep[0], 6);
+            CHECK_MSG(sel.keep[0][0] == want[k][0] && sel.keep[0][1] == want[k][1], "mix %s: kept %d, %d", mixes[k],
+                      sel.keep[0][0], sel.keep[0][1]);
+        }
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_arena_free(&e.arena);
+}
+
+/* mix 0 with SnapKV's pooling and softmax votes is SnapKV: the same kept rows
+ * on smooth random keys, every budget. */
+TEST(protokv_mix0_is_snapkv) {
+    static layer_env e;
+    env_init(&e, 2, 16, 200, 16);
+    smooth_keys(&e, 0, 200, 16, 3);
+    smooth_keys(&e, 1, 200, 16, 4);
+    const char *budgets[] = {"24", "40", "100"};
+    for (int b = 0; b < 3; b++) {
+        pkv_press_cfg *snap = test_press_cfg(
+            "snapkv", (const char *[]){"budget", budgets[b], "window", "16", "kernel", "5", "pool", "avg", NULL});
+        pkv_press_cfg *pk = protokv_cfg((const char *[]){"budget", budgets[b], "window", "16", "score", "attn", "kernel",
+                                                         "5", "pool", "avg", "mix", "0", NULL});
+        REQUIRE(snap && pk);
+        pkv_press_selection a, c;
+        int32_t want[2][200];
+        int n_want[2];
+        if (run_press(snap, &e, &a)) {
+            for (int g = 0; g < 2; g++) {
+                n_want[g] = a.n_keep[g];
+                memcpy(want[g], a.keep[g], (size_t)a.n_keep[g] * sizeof(int32_t));
+            }
+            if (run_press(pk, &e, &c))
+                for (int g = 0; g < 2; g++)
+                    CHECK_MSG(c.n_keep[g] == n_want[g] && !memcmp(c.keep[g], want[g], (size_t)n_want[g] * 4),
+                              "budget %s head %d: protokv mix 0 differs from snapkv", budgets[b], g);
+        }
+        pkv_press_cfg_free(snap);
+        pkv_press_cfg_free(pk);
+    }
+    pkv_arena_free(&e.arena);
+}
+
+/* sinks=N keeps the prompt's first N rows, counted against the budget. */
+TEST(protokv_sinks_kept) {
+    static layer_env e;
+    float a[40] = {0};
+    for (int i = 20; i < 36; i++) a[i] = 5.0f; /* the votes are all later */
+    voted_layer(&e, 40, 4, a);
+    pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "12", "window", "4", "m", "0", "chunk", "4", "assign",
+                                                      "local", "sinks", "3", NULL});
+    REQUIRE(cfg);
+    pkv_press_selection sel;
+    if (run_press(cfg, &e, &sel)) {
+        CHECK_EQ_INT(sel.n_keep[0], 12);
+        for (int i = 0; i < 3; i++) CHECK(contains(sel.keep[0], sel.n_keep[0], i));
+        CHECK(!contains(sel.keep[0], sel.n_keep[0], 3));
+        for (int r = 36; r < 40; r++) CHECK(contains(sel.keep[0], sel.n_keep[0], r));
+    }
+    pkv_press_cfg_free(cfg);
+    pkv_arena_free(&e.arena);
+}

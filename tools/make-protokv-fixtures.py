@@ -56,6 +56,18 @@ CASES = [
     ("m4_r4_v20_k0_c48_w8", 48, 8, 0, dict(m=4, r=4, v=20, kappa=0)),
     ("keep_all_c96_w8", 96, 8, 0, dict(m=8, r=2, v=16)),
     ("evict_one_c95_w16", 95, 16, 0, dict(m=8, r=2, v=16)),
+    ("chunk8_c48_w8", 48, 8, 0, dict(m=8, r=2, chunk=8)),
+    ("chunk6_local_c48_w8", 48, 8, 0, dict(m=8, r=2, chunk=6, assign="local")),
+    ("chunk4_local_reach2_c40_w8", 40, 8, 0, dict(m=8, r=2, chunk=4, assign="local", reach=2, score="attn")),
+    ("local_v12_reach0_c48_w8", 48, 8, 0, dict(m=8, r=2, v=12, assign="local", reach=0)),
+    ("agg_max_attn_c48_w8", 48, 8, 0, dict(m=8, r=2, v=16, score="attn", agg="max")),
+    ("kernel5_avg_c48_w8", 48, 8, 0, dict(m=8, r=2, v=16, score="attn", kernel=5, pool="avg")),
+    ("kernel3_max_c40_w4", 40, 4, 0, dict(m=8, r=2, v=16, score="attn", kernel=3, pool="max", agg="mean")),
+    ("mix0_kernel5_c48_w8", 48, 8, 0, dict(m=8, r=2, v=16, score="attn", kernel=5, mix=0.0)),
+    ("mix05_max_chunk8_c48_w8", 48, 8, 0, dict(m=8, r=2, chunk=8, assign="local", score="attn", agg="max", mix=0.5)),
+    ("sinks4_chunk8_c48_w8", 48, 8, 0, dict(m=8, r=2, chunk=8, assign="local", score="attn", agg="max", sinks=4)),
+    ("sinks2_skip_c32_w4", 32, 4, 0, dict(m=8, r=2, v=10, overflow="skip", sinks=2)),
+    ("no_sat_chunk8_c48_w8", 48, 8, 0, dict(m=0, chunk=8, assign="local", score="attn", agg="mean")),
 ]
 
 

@@ -18,15 +18,23 @@ always kept), with C = budget (rows per head, window included) and k = C - w pre
             sum_{i=1..r} 2^(r-i) bit_i  mod 2^r.  One prototype per non-empty bucket in bucket order:
             c = sum k / ||sum k||.
   5  R rows of the prefix not in O, in position order; v_eff = min(v, R) chunks, chunk c = ranks
-            [floor(c R / v_eff), floor((c+1) R / v_eff)); prototype = sum k / ||sum k||.  Default v = 500 - 2^r.
-  6  every prefix row i joins argmax_c cos(k_i, c) over [SAT prototypes..., chunk prototypes...] (first wins)
+            [floor(c R / v_eff), floor((c+1) R / v_eff)); prototype = sum k / ||sum k||.  Default v = 500 - 2^r;
+            chunk=N instead asks for v = ceil(R / N).
+  6  every prefix row i joins argmax_c cos(k_i, c) over [SAT prototypes..., chunk prototypes...] (first wins);
+            assign="local": over the SAT prototypes and the chunks c with |c - home(i)| <= reach, home(i) = the
+            chunk of rank min(#{non-candidate rows before i}, R - 1).
   7  vote(i) = sum_{h in group(g)} sum_{r < w} q_{h,r} . k_i   (score="logit", raw, no scale), or
             sum_{h in group(g)} sum_{r < w} softmax_j(q_{h,r} . k_j / sqrt(d), causal in the window)[i]
-            (score="attn", SnapKV's vote, A.4 S1-S4).  psi(c) = sum of votes of its rows (agg="sum") or mean.
-  8  clusters with at least one row, by psi descending, ties to the lower cluster index; keep a cluster whole
-            while its rows fit the k slots left; overflow="fill": the first cluster that does not fit gives
-            its best-voted rows (ties to the lower position) to the remaining slots and selection stops;
-            overflow="skip": it is passed over and later clusters that fit whole are still taken.
+            (score="attn", SnapKV's vote, A.4 S1-S4); kernel K > 1 pools the votes along positions as SnapKV's
+            S5 (avg: zero padding, divisor K; max: over the rows that exist).  psi(c) = sum, mean or max of the
+            votes of its rows (agg).
+  8  sinks: the rows at positions < sinks are kept and count against the budget, as the window does.
+     mix = 1: clusters with at least one row, by psi descending, ties to the lower cluster index; keep a cluster
+            whole while its rows not already kept fit the slots left; overflow="fill": the first cluster that does
+            not fit gives its best-voted rows (ties to the lower position) to the remaining slots and selection
+            stops; overflow="skip": it is passed over and later clusters that fit whole are still taken.
+     mix < 1: rows not already kept ranked by (1 - mix) vote(i) + mix psi(cluster(i)), ties to the larger vote,
+            then the lower position; the best fill the slots.
      keep = chosen prefix rows + the window rows P..L-1, ascending.  L <= C keeps every row.
 
 Seeded random numbers (the engine draws the same ones):
@@ -60,11 +68,20 @@ class ProtoKVOptions:
     r: int = 2
     v: int | None = None             # None: 500 - 2^r
     sigma: float | None = None       # None: median pairwise distance of the candidates
+    chunk: int | None = None         # rows per chunk prototype instead of v
+    assign: str = "global"           # global | local
+    reach: int = 1                   # assign=local: chunks on each side
     score: str = "logit"             # logit | attn
-    agg: str = "sum"                 # sum | mean
+    kernel: int = 1                  # positional pooling of the votes (odd)
+    pool: str = "avg"                # avg | max
+    agg: str = "sum"                 # sum | mean | max
+    mix: float = 1.0                 # 1: whole clusters; < 1: rows by (1 - mix) vote + mix psi
     overflow: str = "fill"           # fill | skip
+    sinks: int = 0                   # first rows always kept
 
-    def chunks(self) -> int:
+    def chunks(self, rest: int) -> int:
+        if self.chunk is not None:
+            return max(1, -(-rest // self.chunk))
         return self.v if self.v is not None else max(1, TOTAL_PROTOTYPES - (1 << self.r))
 
 
@@ -179,7 +196,7 @@ def protokv_head(keys_all: np.ndarray, q_group: np.ndarray, window: int, budget:
         order = sorted(range(P), key=lambda i: (-theta[i], i))
         m = min(opt.m, P)
         sat = sorted(order[:m])
-        margins["sat"] = float(theta[order[m - 1]] - theta[order[m]]) if m < P else math.inf
+        margins["sat"] = float(theta[order[m - 1]] - theta[order[m]]) if 0 < m < P else math.inf
         if np.all(theta == 0.0):
             margins["sat"] = math.inf          # std S = 0 (kappa 0): exact ties, the lower-position rule decides
 
@@ -211,7 +228,7 @@ def protokv_head(keys_all: np.ndarray, q_group: np.ndarray, window: int, budget:
     sat_set = set(sat)
     rest = [i for i in range(P) if i not in sat_set]
     R = len(rest)
-    v = min(opt.chunks(), R)
+    v = min(opt.chunks(R), R)
     for c in range(v):
         lo, hi = c * R // v, (c + 1) * R // v
         protos.append(normalised_sum(keys[rest[lo:hi]]))
@@ -219,23 +236,45 @@ def protokv_head(keys_all: np.ndarray, q_group: np.ndarray, window: int, budget:
 
     # 6
     cos = cos_matrix(keys, protos_arr)
-    cluster = [int(np.argmax(cos[i])) for i in range(P)]                   # argmax: first of equal maxima
+    allowed = np.ones_like(cos, dtype=bool)
+    if opt.assign == "local" and v > 0:
+        chunk_of_rank = [c for c in range(v) for _ in range(c * R // v, (c + 1) * R // v)]
+        rank = 0
+        for i in range(P):
+            home = chunk_of_rank[min(rank, R - 1)]
+            if i not in sat_set:
+                rank += 1
+            for c in range(v):
+                allowed[i, n_sat_protos + c] = abs(c - home) <= opt.reach
+    masked = np.where(allowed, cos, -np.inf)
+    cluster = [int(np.argmax(masked[i])) for i in range(P)]                # argmax: first of equal maxima
     if protos_arr.shape[0] > 1:
-        srt = np.sort(cos, axis=1)
-        margins["assign"] = float(np.min(srt[:, -1] - srt[:, -2]))
+        srt = np.sort(masked, axis=1)
+        gaps = srt[:, -1] - srt[:, -2]
+        margins["assign"] = float(np.min(gaps[np.isfinite(gaps)])) if np.isfinite(gaps).any() else math.inf
     else:
         margins["assign"] = math.inf
 
     # 7
     votes = row_votes(q_group, keys_all, P, opt.score)
+    if opt.kernel > 1:
+        p = opt.kernel // 2
+        if opt.pool == "avg":
+            votes = np.array([sum(votes[j] for j in range(i - p, i + p + 1) if 0 <= j < P) / opt.kernel
+                              for i in range(P)])
+        else:
+            votes = np.array([max(votes[j] for j in range(i - p, i + p + 1) if 0 <= j < P) for i in range(P)])
     n_clusters = protos_arr.shape[0]
-    psi = np.zeros(n_clusters)
     size = np.zeros(n_clusters, dtype=int)
+    members_of: list[list[int]] = [[] for _ in range(n_clusters)]
     for i in range(P):
-        psi[cluster[i]] += votes[i]
         size[cluster[i]] += 1
-    if opt.agg == "mean":
-        psi = np.array([psi[c] / size[c] if size[c] else 0.0 for c in range(n_clusters)])
+        members_of[cluster[i]].append(i)
+    psi = np.zeros(n_clusters)
+    for c in range(n_clusters):
+        if size[c]:
+            vals = [votes[i] for i in members_of[c]]
+            psi[c] = sum(vals) if opt.agg == "sum" else (sum(vals) / len(vals) if opt.agg == "mean" else max(vals))
 
     # 8
     live = [c for c in range(n_clusters) if size[c] > 0]
@@ -243,12 +282,21 @@ def protokv_head(keys_all: np.ndarray, q_group: np.ndarray, window: int, budget:
     scale = max(abs(psi[c]) for c in live) or 1.0
     margins["psi"] = min([math.inf] + [abs(psi[order_c[t]] - psi[order_c[t + 1]]) / scale
                                        for t in range(len(order_c) - 1)])
-    free = budget - window
-    chosen: set[int] = set()
+    sinks = {i for i in range(P) if i < opt.sinks}
+    free = budget - window - len(sinks)
+    chosen: set[int] = set(sinks)
+    if opt.mix < 1.0:
+        key = {i: (1.0 - opt.mix) * votes[i] + opt.mix * psi[cluster[i]] for i in range(P)}
+        ranked = sorted((i for i in range(P) if i not in sinks), key=lambda i: (-key[i], -votes[i], i))
+        if 0 < free < len(ranked):
+            a, b2 = ranked[free - 1], ranked[free]
+            margins["mix"] = abs(key[a] - key[b2]) / (max(abs(x) for x in key.values()) or 1.0)
+        chosen.update(ranked[:max(free, 0)])
+        free = 0
     for c in order_c:
         if free <= 0:
             break
-        members = [i for i in range(P) if cluster[i] == c]
+        members = [i for i in range(P) if cluster[i] == c and i not in sinks]
         if len(members) <= free:
             chosen.update(members)
             free -= len(members)

@@ -453,20 +453,43 @@ static void item_tokens_free(item_tokens *t) {
     free(t->needle);
 }
 
+/* The needle's token positions in the prompt pt: its spans are byte offsets
+ * into the context text, mapped on the context's own tokens, then shifted
+ * past the template head (or BOS). */
+static int map_needles(const pkv_model *m, const pkv_eval_item *item, const pkv_prompt_tokens *pt, int32_t **needle,
+                       int *n_needle, pkv_error *err) {
+    *n_needle = 0;
+    *needle = malloc((size_t)(pt->context_end + 1) * sizeof **needle);
+    if (!*needle) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    int rc = pkv_eval_needle_positions(m, item->context, pt->tokens + pt->context_begin,
+                                       pt->context_end - pt->context_begin, item->needles, item->n_needles, *needle,
+                                       pt->context_end, n_needle, err);
+    if (*n_needle > pt->context_end) *n_needle = pt->context_end;
+    for (int i = 0; i < *n_needle; i++) (*needle)[i] += pt->context_begin;
+    if (rc) {
+        free(*needle);
+        *needle = NULL;
+    }
+    return rc;
+}
+
+int pkv_eval_item_tokens(const pkv_model *m, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *pt,
+                         int32_t **needle, int *n_needle, pkv_error *err) {
+    *needle = NULL;
+    *n_needle = 0;
+    if (item_prompt(m, chat, item, pt, err)) return -1;
+    if (map_needles(m, item, pt, needle, n_needle, err)) {
+        pkv_prompt_tokens_free(pt);
+        return -1;
+    }
+    return 0;
+}
+
 static int tokenize_item(const pkv_model *m, const pkv_request *req, const pkv_eval_item *item, item_tokens *t,
                          pkv_error *err) {
     memset(t, 0, sizeof *t);
     if (pkv_request_tokenize(m, req, &t->rp, err)) return -1;
-    const pkv_prompt_tokens *pt = &t->rp.prompt;
-    t->needle = malloc((size_t)(pt->context_end + 1) * sizeof *t->needle);
-    if (!t->needle) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    /* needle spans are byte offsets into the context text: map them on the
-     * context's own tokens, then shift past the template head (or BOS) */
-    int rc = pkv_eval_needle_positions(m, item->context, pt->tokens + pt->context_begin,
-                                       pt->context_end - pt->context_begin, item->needles, item->n_needles, t->needle,
-                                       pt->context_end, &t->n_needle, err);
-    for (int i = 0; i < t->n_needle && i < pt->context_end; i++) t->needle[i] += pt->context_begin;
-    if (rc) return -1;
+    if (map_needles(m, item, &t->rp.prompt, &t->needle, &t->n_needle, err)) return -1;
     t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
     return t->n_ref < 0 ? -1 : 0;
 }

@@ -116,6 +116,11 @@ typedef struct {
 } pkv_eval_tokenizing;
 int pkv_eval_count_tokens(void *user, const pkv_eval_item *item, pkv_error *err);
 
+/* An item's prompt tokens as the runner feeds them, and the positions of its
+ * needle (answer-bearing) tokens among them; *needle is malloc'd. */
+int pkv_eval_item_tokens(const pkv_model *model, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *tokens,
+                         int32_t **needle, int *n_needle, pkv_error *err);
+
 /* Token positions (in the context's token sequence, BOS included) whose bytes
  * overlap the item's needle spans; *n receives the count. Exposed for tests. */
 int pkv_eval_needle_positions(const pkv_model *model, const char *context, const int32_t *tokens, int n_tokens,

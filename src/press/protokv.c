@@ -51,8 +51,11 @@
 #include "base/error.h"
 #include "press.h"
 #include "base/prng.h"
+#include "press/snapkv.h"
 
 enum { PROTOTYPES_TOTAL = 500, MAX_LSH_BITS = 16 };
+
+typedef enum { AGG_SUM, AGG_MEAN, AGG_MAX } cluster_agg;
 
 typedef struct {
     int m;
@@ -65,20 +68,30 @@ typedef struct {
     int v;        /* 0: PROTOTYPES_TOTAL - 2^r */
     double sigma; /* 0: median pairwise distance of the candidates */
     int score_attn;
-    int agg_mean;
+    int chunk;        /* > 0: chunk prototypes of `chunk` rows each (v = ceil(rows / chunk)) instead of v */
+    int assign_local;
+    int reach;        /* assign=local: chunks on each side of a row's own chunk it may join */
+    int kernel;       /* positional pooling of the row votes before the clusters (1: none) */
+    int pool;         /* pkv_pool_kind */
+    int agg;          /* cluster_agg */
+    double mix;       /* a row's rank score: (1 - mix) vote + mix psi of its cluster (1: whole clusters) */
     int overflow_skip;
+    int sinks;        /* the first `sinks` rows of the prompt are always kept */
 } protokv_params;
 
 static const pkv_press_choice EDGES[] = {{"exist", 0}, {"zero", 1}, {NULL, 0}};
 static const pkv_press_choice SIGNS[] = {{"deviate", 0}, {"similar", 1}, {NULL, 0}};
 static const pkv_press_choice SCORES[] = {{"logit", 0}, {"attn", 1}, {NULL, 0}};
-static const pkv_press_choice AGGS[] = {{"sum", 0}, {"mean", 1}, {NULL, 0}};
+static const pkv_press_choice AGGS[] = {{"sum", AGG_SUM}, {"mean", AGG_MEAN}, {"max", AGG_MAX}, {NULL, 0}};
+static const pkv_press_choice ASSIGNS[] = {{"global", 0}, {"local", 1}, {NULL, 0}};
+static const pkv_press_choice POOLS[] = {{"avg", PKV_POOL_AVG}, {"max", PKV_POOL_MAX}, {NULL, 0}};
 static const pkv_press_choice OVERFLOWS[] = {{"fill", 0}, {"skip", 1}, {NULL, 0}};
 
 #define P(field) offsetof(protokv_params, field)
 static const pkv_press_option PROTOKV_OPTIONS[] = {
-    {.key = "m", .help = "SAT candidates: the m rows of highest outlier degree (default 32; the write-up: 20-40 work best)",
-     .type = PKV_OPT_INT, .offset = P(m), .lo = 1, .hi = 1 << 24},
+    {.key = "m",
+     .help = "SAT candidates: the m rows of highest outlier degree (default 32; the write-up: 20-40 work best; 0: none)",
+     .type = PKV_OPT_INT, .offset = P(m), .lo = 0, .hi = 1 << 24},
     {.key = "beta", .help = "instead of m, every row with outlier degree > beta (a number, or none: default)"},
     {.key = "kappa", .help = "radius of the local similarity, self included (default 5)", .type = PKV_OPT_INT,
      .offset = P(kappa), .lo = 0, .hi = 1 << 16},
@@ -92,19 +105,35 @@ static const pkv_press_option PROTOKV_OPTIONS[] = {
     {.key = "v", .help = "chunk prototypes of the other rows (default 500 - 2^r; at most one per row)",
      .type = PKV_OPT_INT, .offset = P(v), .lo = 1, .hi = 1 << 24},
     {.key = "sigma", .help = "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
+    {.key = "chunk", .help = "rows per chunk prototype instead of a count v (none: default, v decides)"},
+    {.key = "assign",
+     .help = "global (default: a row joins the nearest of all prototypes) | local (the SAT prototypes and the chunks "
+             "within reach of its own)",
+     .type = PKV_OPT_CHOICE, .offset = P(assign_local), .choices = ASSIGNS},
+    {.key = "reach", .help = "assign=local: chunks on each side of a row's own chunk it may join (default 1)",
+     .type = PKV_OPT_INT, .offset = P(reach), .lo = 0, .hi = 1 << 24},
     {.key = "score", .help = "logit (default: q.k summed over the window queries and the query group) | attn (SnapKV's votes)",
      .type = PKV_OPT_CHOICE, .offset = P(score_attn), .choices = SCORES},
-    {.key = "agg", .help = "sum (default) | mean: a cluster's score from its rows' votes", .type = PKV_OPT_CHOICE,
-     .offset = P(agg_mean), .choices = AGGS},
+    {.key = "kernel", .help = "positional pooling of the row votes before clustering, odd (default 1: none; SnapKV's S5)",
+     .type = PKV_OPT_INT, .offset = P(kernel), .lo = 1, .hi = 1 << 16, .flags = PKV_OPT_ODD,
+     .why = "(the pooled length must equal the rows)"},
+    {.key = "pool", .help = "avg (default) | max: the pooling of kernel", .type = PKV_OPT_CHOICE, .offset = P(pool),
+     .choices = POOLS},
+    {.key = "agg", .help = "sum (default) | mean | max: a cluster's score psi from its rows' votes",
+     .type = PKV_OPT_CHOICE, .offset = P(agg), .choices = AGGS},
+    {.key = "mix", .help = "rank rows by (1 - mix) vote + mix psi of their cluster (default 1: whole clusters in psi order)",
+     .type = PKV_OPT_REAL, .offset = P(mix), .lo = 0, .hi = 1},
     {.key = "overflow",
      .help = "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)",
      .type = PKV_OPT_CHOICE, .offset = P(overflow_skip), .choices = OVERFLOWS},
+    {.key = "sinks", .help = "the first N rows of the prompt are always kept (default 0)", .type = PKV_OPT_INT,
+     .offset = P(sinks), .lo = 0, .hi = 1 << 24},
     {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 #undef P
 
 static void protokv_defaults(void *p) {
-    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2};
+    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2, .reach = 1, .kernel = 1, .mix = 1.0};
 }
 
 static int parse_positive(const char *key, const char *value, double *out, pkv_error *err) {
@@ -140,6 +169,19 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
         }
         return parse_positive(key, value, &p->sigma, err);
     }
+    if (!strcmp(key, "chunk")) {
+        if (!strcmp(value, "none")) {
+            p->chunk = 0;
+            return 0;
+        }
+        char *end;
+        long v = strtol(value, &end, 10);
+        if (*value == '\0' || *end || v < 1 || v > 1L << 24)
+            return pkv_fail(err, PKV_ERR_ARG, "protokv chunk must be an integer in [1, %ld] or none, got '%s'",
+                            1L << 24, value);
+        p->chunk = (int)v;
+        return 0;
+    }
     return 1; /* not ours */
 }
 
@@ -148,8 +190,10 @@ static int protokv_forced_window(const void *p, int window) {
     return window;
 }
 
-/* v: chunk prototypes before clamping to the rows there are */
-static int chunk_count(const protokv_params *p) {
+/* v: chunk prototypes before clamping to the rows there are (n_rest of
+ * them); chunk=N asks for chunks of N rows instead. */
+static int chunk_count(const protokv_params *p, int n_rest) {
+    if (p->chunk > 0) return n_rest > 0 ? (n_rest + p->chunk - 1) / p->chunk : 1;
     if (p->v > 0) return p->v;
     int v = PROTOTYPES_TOTAL - (1 << p->r);
     return v > 1 ? v : 1;
@@ -393,6 +437,63 @@ static void row_votes(const protokv_params *p, const pkv_press_input *in, int g,
     }
 }
 
+/* Step 6 with assign=local: a row may join the SAT prototypes (they span the
+ * sequence by design) and the chunk prototypes within `reach` chunks of its
+ * own chunk (the chunk of its rank among the non-candidate rows; a candidate
+ * takes the chunk of the next non-candidate row). First wins ties, SAT
+ * prototypes first, as in the global assignment. */
+static int assign_local(const pkv_kernels *kern, const scratch_bufs *sb, head_clusters *hc, int n, int dim, int n_rest,
+                        int v, int reach, pkv_arena *arena) {
+    int32_t *chunk_of_rank = pkv_arena_alloc(arena, (size_t)n_rest * sizeof(int32_t) + 4);
+    if (!chunk_of_rank) return -1;
+    for (int c = 0; c < v; c++)
+        for (long k = (long)c * n_rest / v; k < (long)(c + 1) * n_rest / v; k++) chunk_of_rank[k] = c;
+    int n_sat = hc->n_sat_clusters, rank = 0;
+    for (int i = 0; i < n; i++) {
+        int home = chunk_of_rank[rank < n_rest ? rank : n_rest - 1];
+        if (hc->sat_bucket[i] < 0) rank++;
+        const float *u = sb->unit + (size_t)i * dim;
+        float best = -INFINITY;
+        int32_t arg = 0;
+        for (int c = 0; c < n_sat; c++) {
+            float s = kern->dot_f32(dim, u, sb->protos + (size_t)c * dim);
+            if (s > best) best = s, arg = c;
+        }
+        int lo = home - reach > 0 ? home - reach : 0, hi = home + reach < v - 1 ? home + reach : v - 1;
+        for (int c = lo; c <= hi; c++) {
+            float s = kern->dot_f32(dim, u, sb->protos + (size_t)(n_sat + c) * dim);
+            if (s > best) best = s, arg = n_sat + c;
+        }
+        hc->cluster[i] = arg;
+    }
+    return 0;
+}
+
+/* SnapKV's positional pooling (A.4 S5) of the row votes, in place. */
+static int pool_votes(double *vote, int n, int kernel, pkv_pool_kind kind, pkv_arena *arena) {
+    float *in = pkv_arena_alloc(arena, (size_t)n * sizeof(float) + 4), *out = pkv_arena_alloc(arena, (size_t)n * sizeof(float) + 4);
+    if (!in || !out) return -1;
+    for (int i = 0; i < n; i++) in[i] = (float)vote[i];
+    pkv_snapkv_pool(in, n, kernel, kind, out);
+    for (int i = 0; i < n; i++) vote[i] = out[i];
+    return 0;
+}
+
+/* psi of every cluster from its rows' votes: sum, mean or max. */
+static void cluster_scores(cluster_agg agg, const double *vote, const int32_t *cluster, int n, int n_clusters,
+                           double *psi, int32_t *size) {
+    for (int c = 0; c < n_clusters; c++) psi[c] = agg == AGG_MAX ? -INFINITY : 0.0;
+    for (int i = 0; i < n; i++) {
+        int c = cluster[i];
+        psi[c] = agg == AGG_MAX ? (vote[i] > psi[c] ? vote[i] : psi[c]) : psi[c] + vote[i];
+        size[c]++;
+    }
+    for (int c = 0; c < n_clusters; c++) {
+        if (!size[c]) psi[c] = 0.0;
+        else if (agg == AGG_MEAN) psi[c] /= size[c];
+    }
+}
+
 /* Steps 1-7 for KV head g. */
 static int cluster_head(const protokv_params *p, const pkv_press_input *in, int g, scratch_bufs *sb, head_clusters *hc,
                         pkv_error *err) {
@@ -440,7 +541,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     int n_rest = 0;
     for (int i = 0; i < n; i++)
         if (hc->sat_bucket[i] < 0) sb->rest[n_rest++] = i;
-    int v = chunk_count(p) < n_rest ? chunk_count(p) : n_rest;
+    int v = chunk_count(p, n_rest) < n_rest ? chunk_count(p, n_rest) : n_rest;
     for (int c = 0; c < v; c++) {
         long lo = (long)c * n_rest / v, hi = (long)(c + 1) * n_rest / v;
         memset(sb->sum, 0, (size_t)dim * sizeof(double));
@@ -451,21 +552,20 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     lap(t, "prototypes", &t0);
 
     /* step 6 */
-    pkv_protokv_nearest(kern, sb->unit, n, sb->protos, n_protos, dim, hc->cluster);
+    if (p->assign_local && v > 0) {
+        if (assign_local(kern, sb, hc, n, dim, n_rest, v, p->reach, in->arena)) goto nomem;
+    } else {
+        pkv_protokv_nearest(kern, sb->unit, n, sb->protos, n_protos, dim, hc->cluster);
+    }
     lap(t, "assignment", &t0);
 
     /* step 7 */
     row_votes(p, in, g, keys, n, sb, hc->vote);
+    if (p->kernel > 1 && pool_votes(hc->vote, n, p->kernel, p->pool, in->arena)) goto nomem;
     hc->psi = pkv_arena_alloc(in->arena, (size_t)(n_protos + 1) * sizeof(double));
     hc->size = pkv_arena_alloc(in->arena, (size_t)(n_protos + 1) * sizeof(int32_t));
     if (!hc->psi || !hc->size) goto nomem;
-    for (int i = 0; i < n; i++) {
-        hc->psi[hc->cluster[i]] += hc->vote[i];
-        hc->size[hc->cluster[i]]++;
-    }
-    if (p->agg_mean)
-        for (int c = 0; c < n_protos; c++)
-            if (hc->size[c]) hc->psi[c] /= hc->size[c];
+    cluster_scores(p->agg, hc->vote, hc->cluster, n, n_protos, hc->psi, hc->size);
     lap(t, "scoring", &t0);
     return 0;
 nomem:
@@ -485,7 +585,7 @@ static int protokv_score(const void *pp, const pkv_press_input *in, pkv_press_se
         .sum = pkv_arena_alloc(in->arena, (size_t)dim * sizeof(double)),
         .sat = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(int32_t) + 4),
         .rest = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(int32_t) + 4),
-        .protos = pkv_arena_alloc(in->arena, ((size_t)(1 << p->r) + chunk_count(p)) * dim * sizeof(float)),
+        .protos = pkv_arena_alloc(in->arena, ((size_t)(1 << p->r) + chunk_count(p, n_max)) * dim * sizeof(float)),
         .attn = p->score_attn ? pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4) : NULL,
         .attn_scratch = p->score_attn ? pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4) : NULL,
     };
@@ -496,7 +596,14 @@ static int protokv_score(const void *pp, const pkv_press_input *in, pkv_press_se
         int n = in->n_rows[g];
         heads[g].n_prefix = n - in->window > 0 ? n - in->window : 0;
         if (heads[g].n_prefix > 0 && cluster_head(p, in, g, &sb, &heads[g], err)) return -1;
-        for (int i = 0; i < n; i++) sel->scores[g][i] = i < heads[g].n_prefix ? (float)heads[g].vote[i] : INFINITY;
+        /* the per-row scores AdaKV's head budgets compare: the row votes, or the mixed ranking score */
+        for (int i = 0; i < n; i++) {
+            const head_clusters *hc = &heads[g];
+            double s = i < hc->n_prefix
+                           ? (p->mix < 1.0 ? (1.0 - p->mix) * hc->vote[i] + p->mix * hc->psi[hc->cluster[i]] : hc->vote[i])
+                           : INFINITY;
+            sel->scores[g][i] = (float)s;
+        }
     }
     sel->state = heads;
     return 0;
@@ -521,10 +628,10 @@ static int group_members(const head_clusters *hc, pkv_arena *arena, cluster_memb
     return 0;
 }
 
-/* Keeps clusters of hc in score order into take[]; cluster_kept[c] = 2 whole,
- * 1 partly, 0 not. free_slots: the budget left after the forced rows. */
+/* Keeps clusters of hc in score order into take[]. free_slots: the budget
+ * left after the forced rows. */
 static int retain_clusters(const protokv_params *p, const head_clusters *hc, const bool *forced, int free_slots,
-                           pkv_arena *arena, bool *take, int8_t *cluster_kept) {
+                           pkv_arena *arena, bool *take) {
     cluster_members cm;
     ranked_row *order = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *order);
     int32_t *need = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *need);
@@ -542,7 +649,6 @@ static int retain_clusters(const protokv_params *p, const head_clusters *hc, con
         if (need[c] <= free_slots) {
             for (int k = cm.start[c]; k < cm.start[c + 1]; k++) take[cm.rows[k]] = true;
             free_slots -= need[c];
-            cluster_kept[c] = 2;
             continue;
         }
         if (p->overflow_skip) continue;
@@ -553,9 +659,46 @@ static int retain_clusters(const protokv_params *p, const head_clusters *hc, con
         qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked_row);
         for (int k = 0; k < free_slots; k++) take[cand[k].idx] = true;
         free_slots = 0;
-        cluster_kept[c] = 1;
     }
     return 0;
+}
+
+/* mix < 1: rows ranked by (1 - mix) vote + mix psi of their cluster ("cluster-
+ * aware pooling": the cluster's score redistributed to its rows), ties to
+ * the larger own vote, then the lower position; the best free_slots rows not
+ * forced are kept. */
+typedef struct {
+    double key, vote;
+    int32_t idx;
+} mixed_row;
+
+static int cmp_mixed_row(const void *a, const void *b) {
+    const mixed_row *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    if (x->vote != y->vote) return x->vote > y->vote ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int retain_rows(const protokv_params *p, const head_clusters *hc, const bool *forced, int free_slots,
+                       pkv_arena *arena, bool *take) {
+    mixed_row *rows = pkv_arena_alloc(arena, (size_t)hc->n_prefix * sizeof *rows + 16);
+    if (!rows) return -1;
+    int n = 0;
+    for (int i = 0; i < hc->n_prefix; i++)
+        if (!forced[i])
+            rows[n++] = (mixed_row){(1.0 - p->mix) * hc->vote[i] + p->mix * hc->psi[hc->cluster[i]], hc->vote[i], i};
+    qsort(rows, (size_t)n, sizeof *rows, cmp_mixed_row);
+    for (int k = 0; k < free_slots && k < n; k++) take[rows[k].idx] = true;
+    return 0;
+}
+
+/* cluster_kept[c]: 2 every row kept, 1 some, 0 none (for the watcher). */
+static void clusters_kept(const head_clusters *hc, const bool *take, pkv_arena *arena, int8_t *cluster_kept) {
+    int32_t *kept = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof(int32_t));
+    if (!kept) return;
+    for (int i = 0; i < hc->n_prefix; i++) kept[hc->cluster[i]] += take[i];
+    for (int c = 0; c < hc->n_clusters; c++)
+        cluster_kept[c] = !kept[c] ? 0 : kept[c] == hc->size[c] ? 2 : 1;
 }
 
 /* ---------------------------------------------------------------- the watcher */
@@ -647,12 +790,20 @@ static int protokv_select(const void *pp, const pkv_press_input *in, pkv_press_s
         int8_t *cluster_kept = pkv_arena_alloc(in->arena, (size_t)(hc->n_prefix > 0 ? hc->n_clusters : 0) + 1);
         int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof(int32_t) + 4);
         if (!take || !cluster_kept || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting layer %d", in->layer);
+        /* forced: the framework's (window, protected spans), then the sinks */
+        bool *forced = pkv_arena_alloc(in->arena, (size_t)n + 1);
+        if (!forced) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting layer %d", in->layer);
         int n_forced = 0;
-        for (int j = 0; j < n; j++) n_forced += take[j] = sel->forced[g][j];
+        for (int j = 0; j < n; j++) {
+            forced[j] = sel->forced[g][j] || (j < hc->n_prefix && in->pos[g][j] < p->sinks);
+            n_forced += take[j] = forced[j];
+        }
         int free_slots = sel->budget[g] - n_forced;
         if (hc->n_prefix > 0 && free_slots > 0 &&
-            retain_clusters(p, hc, sel->forced[g], free_slots, in->arena, take, cluster_kept))
+            (p->mix < 1.0 ? retain_rows(p, hc, forced, free_slots, in->arena, take)
+                          : retain_clusters(p, hc, forced, free_slots, in->arena, take)))
             return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting layer %d", in->layer);
+        if (hc->n_prefix > 0) clusters_kept(hc, take, in->arena, cluster_kept);
         int m = 0;
         for (int j = 0; j < n; j++)
             if (take[j]) keep[m++] = j;
