@@ -23,6 +23,16 @@ static void clear(const pkv_press_option *table, const char *key, void *obj) {
     }
 }
 
+int pkv_press_cfg_add_protect(pkv_press_cfg *cfg, int begin, int end, pkv_error *err) {
+    if (begin < 0 || end <= begin)
+        return pkv_fail(err, PKV_ERR_ARG, "protected span %d:%d must satisfy 0 <= begin < end", begin, end);
+    pkv_span *p = realloc(cfg->protect, (size_t)(cfg->n_protect + 1) * sizeof *p);
+    if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    cfg->protect = p;
+    cfg->protect[cfg->n_protect++] = (pkv_span){begin, end};
+    return 0;
+}
+
 static int set_span(pkv_press_cfg *cfg, const char *value, pkv_error *err) {
     char *colon, *end;
     long b = strtol(value, &colon, 10), e;

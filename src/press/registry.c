@@ -155,16 +155,6 @@ pkv_mode pkv_press_cfg_mode(const pkv_press_cfg *cfg) { return cfg ? cfg->mode :
 int pkv_press_cfg_window(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->window : 0; }
 bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg) { return cfg && cfg->ops && cfg->ops->needs_attn_sum; }
 
-int pkv_press_cfg_add_protect(pkv_press_cfg *cfg, int begin, int end, pkv_error *err) {
-    if (begin < 0 || end <= begin)
-        return pkv_fail(err, PKV_ERR_ARG, "protected span %d:%d must satisfy 0 <= begin < end", begin, end);
-    pkv_span *p = realloc(cfg->protect, (size_t)(cfg->n_protect + 1) * sizeof *p);
-    if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    cfg->protect = p;
-    cfg->protect[cfg->n_protect++] = (pkv_span){begin, end};
-    return 0;
-}
-
 int pkv_press_cfg_set(pkv_press_cfg *cfg, const char *key, const char *value, pkv_error *err) {
     const pkv_press_option *o = find_option(COMMON_OPTIONS, key);
     if (o) return pkv_press_option_set(COMMON_OPTIONS, o, cfg, "press", value, cfg, err);
