@@ -142,6 +142,13 @@ static void take_news_locked(srv_job *job, srv_news *n) {
 static bool has_news_locked(const srv_job *job) { return job->out.ready > job->taken || job->state == JOB_DONE; }
 
 int srv_job_next(srv_sched *sc, srv_job *job, bool (*client_gone)(void *), void *user, srv_news *news) {
+    /* asked on every call, not only when a wait times out: a fast model has
+     * news within every 100 ms wait, and a client that left must still be
+     * noticed before the answer is complete */
+    if (client_gone && client_gone(user)) {
+        srv_job_cancel(sc, job);
+        return -1;
+    }
     pthread_mutex_lock(&sc->mu);
     while (!has_news_locked(job)) {
         if (job->state == JOB_QUEUED && pkv_now_seconds() - job->t_submit > sc->opts.queue_timeout) {

@@ -113,8 +113,9 @@ typedef struct {
     char press_desc[160];
 } srv_news;
 
-/* Waits for news of the job, checking client_gone(user) every 100 ms; returns
- * 0 with news, or -1 when the client went away (the job is cancelled). */
+/* Waits for news of the job, asking client_gone(user) on entry and every
+ * 100 ms of waiting; returns 0 with news, or -1 when the client went away
+ * (the job is cancelled). */
 int srv_job_next(srv_sched *sc, srv_job *job, bool (*client_gone)(void *user), void *user, srv_news *news);
 void srv_news_free(srv_news *n);
 
