@@ -206,13 +206,15 @@ int cmd_run(int argc, char **argv) {
     g_running = s;
 
     pkv_request_stats st = {0};
-    if (pkv_request_prefill_compressed(s, &req, &rp, NULL, &st, &err) || pkv_request_prefill_rest(s, &rp, &st, &err)) {
+    int run_rc = pkv_request_run(s, &req, &rp, &st, &err);
+    if (run_rc && !st.prefilled) {
         cli_error("run", "%s", err.msg);
         exit_code = err.code == PKV_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
         goto done;
     }
     exit_code = 0;
-    if (pkv_generate(s, &req, &st, &err)) {
+    if (run_rc) {
+        /* the generation stopped midway: what it printed stands, and the statistics follow */
         if (err.code != PKV_ERR_INTERRUPTED) {
             cli_error("run", "%s", err.msg);
             exit_code = EXIT_RUNTIME;

@@ -418,6 +418,11 @@ typedef struct {
 /* Returns false to stop the generation (PKV_FINISH_CALLER). */
 typedef bool (*pkv_token_fn)(void *user, const pkv_token_event *event);
 
+typedef struct pkv_request_stats pkv_request_stats;
+/* Called by pkv_request_run once the whole prompt is in the cache, before
+ * the first token is sampled; stats holds the prefill's fields. */
+typedef void (*pkv_prefilled_fn)(void *user, const pkv_request_stats *stats);
+
 typedef struct {
     /* The prompt: its parts (pkv_prompt_parts), or token ids when tokens is
      * not NULL (then compressed whole, whatever the mode). */
@@ -442,7 +447,8 @@ typedef struct {
     bool stop_at_newline;       /* stop at the first newline once the text has more than spaces */
     bool ignore_eos;            /* end-of-generation tokens are ordinary tokens */
     pkv_token_fn on_token;      /* may be NULL */
-    void *user;
+    pkv_prefilled_fn on_prefilled; /* may be NULL */
+    void *user;                 /* for on_token and on_prefilled */
 } pkv_request;
 
 /* Query-aware, greedy, 128 tokens, nothing else set. */
@@ -474,7 +480,7 @@ typedef struct {
 int pkv_request_estimate(const pkv_model *model, const pkv_request *req, const pkv_request_prompt *prompt,
                          const pkv_session_opts *opts, pkv_cache_estimate *out, pkv_error *err);
 
-typedef struct {
+struct pkv_request_stats {
     int n_prompt;
     int n_compressed;
     pkv_prefill_stats press;  /* the part prefilled (or copied) with the press */
@@ -483,12 +489,16 @@ typedef struct {
     int n_decoded;            /* of them, run through the model */
     double decode_seconds;
     pkv_finish finish;
-} pkv_request_stats;
+    bool prefilled;           /* the whole prompt is in the cache: a failure came in the generation */
+};
 
 /* Runs a request on a session from its current state (empty, or earlier
- * turns: the press then runs only in recompress mode): tokenize, prefill,
- * generate. err holds the reason of a PKV_FINISH_CONTEXT too. */
-int pkv_request_run(pkv_session *session, const pkv_request *req, pkv_request_stats *stats, pkv_error *err);
+ * turns: the press then runs only in recompress mode): tokenize (unless
+ * prompt, pkv_request_tokenize's result for this request, is given),
+ * prefill as the mode says, generate. err holds the reason of a
+ * PKV_FINISH_CONTEXT too. */
+int pkv_request_run(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                    pkv_request_stats *stats, pkv_error *err);
 
 /* The phases of pkv_request_run, for callers that reuse a state. The
  * compressed part: prefilled with the press, or, when from is not NULL,

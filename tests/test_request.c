@@ -41,7 +41,17 @@ typedef struct {
     char text[1024];
     size_t len;
     int done_events;
+    int prefilled_calls;
+    int tokens_before_prefilled; /* token events seen when on_prefilled came */
+    int n_prompt_prefilled;      /* its stats' n_prompt */
 } collected;
+
+static void note_prefilled(void *user, const pkv_request_stats *st) {
+    collected *c = user;
+    c->prefilled_calls++;
+    c->tokens_before_prefilled = c->n;
+    c->n_prompt_prefilled = st->n_prompt;
+}
 
 static bool collect(void *user, const pkv_token_event *ev) {
     collected *c = user;
@@ -81,6 +91,7 @@ TEST(request_agnostic_matches_session_calls) {
     req.max_tokens = 12;
     collected got = {0};
     req.on_token = collect;
+    req.on_prefilled = note_prefilled;
     req.user = &got;
     pkv_session_opts so;
     pkv_session_opts_default(&so);
@@ -88,10 +99,15 @@ TEST(request_agnostic_matches_session_calls) {
     pkv_session *s = pkv_session_new(m, &so, &err);
     REQUIRE(s);
     pkv_request_stats st;
-    REQUIRE_MSG(pkv_request_run(s, &req, &st, &err) == 0, "%s", err.msg);
+    REQUIRE_MSG(pkv_request_run(s, &req, NULL, &st, &err) == 0, "%s", err.msg);
     CHECK(st.press.compressed);
+    CHECK(st.prefilled);
     CHECK_EQ_INT(st.n_generated, got.n);
     CHECK_EQ_INT(got.done_events, 1);
+    /* once, with the prompt read and before the first token */
+    CHECK_EQ_INT(got.prefilled_calls, 1);
+    CHECK_EQ_INT(got.tokens_before_prefilled, 0);
+    CHECK_EQ_INT(got.n_prompt_prefilled, st.n_prompt);
 
     /* by hand */
     pkv_prompt_tokens pt;
@@ -193,7 +209,7 @@ TEST(request_stops) {
     req.on_token = collect;
     req.user = &whole;
     pkv_request_stats st;
-    REQUIRE(pkv_request_run(s, &req, &st, &err) == 0);
+    REQUIRE(pkv_request_run(s, &req, NULL, &st, &err) == 0);
     CHECK_EQ_INT(st.finish, PKV_FINISH_LENGTH);
     CHECK_EQ_INT(st.n_generated, 24);
     REQUIRE(whole.len > 4);
@@ -210,11 +226,56 @@ TEST(request_stops) {
     req.stop = stops;
     req.n_stop = 1;
     pkv_session_reset(s);
-    REQUIRE(pkv_request_run(s, &req, &st, &err) == 0);
+    REQUIRE(pkv_request_run(s, &req, NULL, &st, &err) == 0);
     CHECK_EQ_INT(st.finish, PKV_FINISH_STOP);
     CHECK_EQ_INT((int)cut.len, (int)(first - whole.text));
     CHECK(!memcmp(cut.text, whole.text, cut.len));
     pkv_session_free(s);
+    pkv_model_free(m);
+}
+
+/* A prompt the session cannot hold fails in the prefill: stats say so
+ * (prefilled unset), and neither callback is called; the prompt passed in
+ * is the one run. */
+TEST(request_prefill_failure_is_told) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY_LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    char *ctx = long_text(60);
+    pkv_request req;
+    pkv_request_init(&req);
+    req.prompt = (pkv_prompt_parts){.context = ctx};
+    collected got = {0};
+    req.on_token = collect;
+    req.on_prefilled = note_prefilled;
+    req.user = &got;
+    pkv_request_prompt rp;
+    REQUIRE(pkv_request_tokenize(m, &req, &rp, &err) == 0);
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_ctx = rp.prompt.n_tokens / 2;
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    REQUIRE(s);
+    pkv_request_stats st;
+    CHECK(pkv_request_run(s, &req, &rp, &st, &err) != 0);
+    CHECK_EQ_INT(err.code, PKV_ERR_LIMIT);
+    CHECK(!st.prefilled);
+    CHECK_EQ_INT(got.prefilled_calls, 0);
+    CHECK_EQ_INT(got.n, 0);
+    pkv_session_free(s);
+    so.n_ctx = 1024;
+    s = pkv_session_new(m, &so, &err);
+    REQUIRE(s);
+    req.max_tokens = 3;
+    req.ignore_eos = true;
+    REQUIRE(pkv_request_run(s, &req, &rp, &st, &err) == 0);
+    CHECK(st.prefilled);
+    CHECK_EQ_INT(st.n_prompt, rp.prompt.n_tokens);
+    CHECK_EQ_INT(pkv_session_n_pos(s), rp.prompt.n_tokens + 2);
+    CHECK_EQ_INT(got.prefilled_calls, 1);
+    pkv_session_free(s);
+    pkv_request_prompt_free(&rp);
+    free(ctx);
     pkv_model_free(m);
 }
 

@@ -116,16 +116,24 @@ int pkv_request_prefill_rest(pkv_session *s, const pkv_request_prompt *p, pkv_re
     return 0;
 }
 
-int pkv_request_run(pkv_session *s, const pkv_request *req, pkv_request_stats *stats, pkv_error *err) {
+int pkv_request_run(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
+                    pkv_request_stats *stats, pkv_error *err) {
     pkv_request_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
-    pkv_request_prompt p;
-    if (pkv_request_tokenize(pkv_session_model(s), req, &p, err)) return -1;
-    int rc = pkv_request_prefill_compressed(s, req, &p, NULL, stats, err);
-    if (rc == 0) rc = pkv_request_prefill_rest(s, &p, stats, err);
-    if (rc == 0) rc = pkv_generate(s, req, stats, err);
-    pkv_request_prompt_free(&p);
+    pkv_request_prompt own = {0};
+    if (!prompt) {
+        if (pkv_request_tokenize(pkv_session_model(s), req, &own, err)) return -1;
+        prompt = &own;
+    }
+    int rc = pkv_request_prefill_compressed(s, req, prompt, NULL, stats, err);
+    if (rc == 0) rc = pkv_request_prefill_rest(s, prompt, stats, err);
+    if (rc == 0) {
+        stats->prefilled = true;
+        if (req->on_prefilled) req->on_prefilled(req->user, stats);
+        rc = pkv_generate(s, req, stats, err);
+    }
+    pkv_request_prompt_free(&own);
     return rc;
 }
 

@@ -138,7 +138,7 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
 static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats *stats) {
     stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
     uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
-    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, s->cache.elem_bytes);
+    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, pkv_kvcache_elem_bytes(&s->cache));
     for (int il = 0; il < s->model->hp.n_layer; il++) {
         int rows = n_pos;
         if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window) rows = s->model->hp.sliding_window;
@@ -227,24 +227,24 @@ uint64_t pkv_session_mem_bytes(const pkv_session *s) { return pkv_kvcache_alloc_
 
 uint64_t pkv_session_peak_mem_bytes(const pkv_session *s) { return s->peak_mem; }
 
-int pkv_session_n_layers(const pkv_session *s) { return s->cache.n_layers; }
+int pkv_session_n_layers(const pkv_session *s) { return pkv_kvcache_n_layers(&s->cache); }
 
 bool pkv_session_layer_is_full(const pkv_session *s, int layer) {
-    return layer >= 0 && layer < s->cache.n_layers && pkv_layer_is_full(s->model, layer);
+    return layer >= 0 && layer < pkv_kvcache_n_layers(&s->cache) && pkv_layer_is_full(s->model, layer);
 }
 
 int pkv_session_n_heads(const pkv_session *s, int layer) {
-    return layer >= 0 && layer < s->cache.n_layers ? s->cache.layers[layer].n_heads : 0;
+    return layer >= 0 && layer < pkv_kvcache_n_layers(&s->cache) ? pkv_kvcache_n_heads(&s->cache, layer) : 0;
 }
 
 int pkv_session_head_rows(const pkv_session *s, int layer, int head) {
     if (head < 0 || head >= pkv_session_n_heads(s, layer)) return 0;
-    return s->cache.layers[layer].heads[head].n_rows;
+    return pkv_kvcache_head_rows(&s->cache, layer, head);
 }
 
 int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *out, int max) {
     int n = pkv_session_head_rows(s, layer, head);
-    const int32_t *pos = n ? s->cache.layers[layer].heads[head].pos : NULL;
+    const int32_t *pos = n ? pkv_kvcache_head_pos(&s->cache, layer, head) : NULL;
     for (int i = 0; i < n && i < max; i++) out[i] = pos[i];
     return n;
 }

@@ -28,7 +28,7 @@ typedef struct {
 } srv_limits;
 
 typedef struct {
-    /* The request as the engine runs it (pkv_request_run's phases): its text
+    /* The request as the engine runs it (pkv_request_run): its text
      * and stop strings point into the srv_request, which must outlive it. */
     pkv_request req;
     pkv_chat_message *messages; /* owned: the conversation req.prompt points at */

@@ -204,12 +204,6 @@ static void cache_rows(const pkv_session *s, int n_prompt, int64_t *rows, int64_
     }
 }
 
-static int prefill(srv_slot *slot, srv_job *job, pkv_error *err) {
-    const srv_prepared *in = &job->in;
-    return pkv_request_prefill_compressed(slot->session, &in->req, &in->prompt, NULL, NULL, err) ||
-           pkv_request_prefill_rest(slot->session, &in->prompt, NULL, err);
-}
-
 /* Records the state after the prompt: usage fields and the slot's cache. */
 static void after_prefill(srv_slot *slot, srv_job *job, double seconds) {
     srv_sched *sc = slot->sc;
@@ -236,12 +230,19 @@ static void after_prefill(srv_slot *slot, srv_job *job, double seconds) {
     pthread_mutex_unlock(&sc->mu);
 }
 
-/* The engine's token events: the released text goes to the job; false when
- * the client went away or the server stops. */
+/* The engine's events: the prompt read (the usage recorded), then the
+ * released text of each token goes to the job; false when the client went
+ * away or the server stops. */
 typedef struct {
     srv_slot *slot;
     srv_job *job;
+    double t_start; /* the prefill's start */
 } publisher;
+
+static void publish_prefilled(void *user, const pkv_request_stats *stats) {
+    publisher *pb = user;
+    after_prefill(pb->slot, pb->job, pkv_now_seconds() - pb->t_start);
+}
 
 static bool publish_token(void *user, const pkv_token_event *ev) {
     publisher *pb = user;
@@ -304,16 +305,19 @@ static const char *finish_reason(pkv_finish f) {
     }
 }
 
-/* The decode loop, the engine's; its text streams to the job. */
-static void generate(srv_slot *slot, srv_job *job) {
-    publisher pb = {slot, job};
+/* The request, run by the engine: usage recorded once the prompt is read,
+ * the text streamed to the job, the outcome recorded. */
+static void run_job(srv_slot *slot, srv_job *job) {
+    publisher pb = {slot, job, pkv_now_seconds()};
     pkv_request req = job->in.req;
+    req.on_prefilled = publish_prefilled;
     req.on_token = publish_token;
     req.user = &pb;
     pkv_request_stats st = {0};
     pkv_error err;
-    int rc = pkv_generate(slot->session, &req, &st, &err);
+    int rc = pkv_request_run(slot->session, &req, &job->in.prompt, &st, &err);
     if (rc && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
+    if (!st.prefilled) return;
     srv_sched *sc = slot->sc;
     pthread_mutex_lock(&sc->mu);
     /* no finite logit: a 500 without a finish reason; a failed step otherwise ends with "length" */
@@ -324,17 +328,6 @@ static void generate(srv_slot *slot, srv_job *job) {
     sc->m.decode_seconds += st.decode_seconds;
     sc->m.decoded_tokens += (uint64_t)st.n_decoded;
     pthread_mutex_unlock(&sc->mu);
-}
-
-static void run_job(srv_slot *slot, srv_job *job) {
-    pkv_error err;
-    double t0 = pkv_now_seconds();
-    if (prefill(slot, job, &err)) {
-        if (err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
-        return;
-    }
-    after_prefill(slot, job, pkv_now_seconds() - t0);
-    generate(slot, job);
 }
 
 /* The first queued job, when its memory fits. FIFO: a large request is not
