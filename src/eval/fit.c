@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "eval/items.h"
+#include "eval/tasks.h"
 
 /* ---------------------------------------------------------------- length fitting (§1.1) */
 

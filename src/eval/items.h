@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "eval/tasks.h"
+#include "eval/task.h"
 #include "eval/text.h"
 
 /* The pieces an item is built from; turned into an item by pkv_item_finish. */

@@ -8,6 +8,12 @@
 #include "base/error.h"
 #include "eval/items.h"
 
+const int pkv_ruler_depths[40] = {0,  3,  5,  8,  10, 13, 15, 18, 21, 23, 26, 28, 31, 33, 36, 38, 41, 44, 46, 49,
+                                  51, 54, 56, 59, 62, 64, 67, 69, 72, 74, 77, 79, 82, 85, 87, 90, 92, 95, 97, 100};
+
+const char pkv_classic_needle[] =
+    "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.";
+
 /* ---------------------------------------------------------------- NIAH (§1.2-1.3, §2.2) */
 
 /* Plain substring replacement of every occurrence, into a new sbuf. */

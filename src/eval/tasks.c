@@ -110,12 +110,6 @@ const pkv_eval_task *pkv_eval_task_find(const char *name) {
 int pkv_eval_task_count(void) { return N_TASKS; }
 const pkv_eval_task *pkv_eval_task_get(int i) { return i >= 0 && i < N_TASKS ? &TASKS[i] : NULL; }
 
-const int pkv_ruler_depths[40] = {0,  3,  5,  8,  10, 13, 15, 18, 21, 23, 26, 28, 31, 33, 36, 38, 41, 44, 46, 49,
-                                  51, 54, 56, 59, 62, 64, 67, 69, 72, 74, 77, 79, 82, 85, 87, 90, 92, 95, 97, 100};
-
-const char pkv_classic_needle[] =
-    "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.";
-
 /* ---------------------------------------------------------------- seeds and sizes */
 
 void pkv_eval_seed_key(const pkv_eval_spec *spec, char *buf, int len) {

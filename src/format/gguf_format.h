@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "format/gguf.h"
+#include "format/gguf_types.h"
 
 enum {
     GGUF_MAGIC_LE = 0x46554747, /* "GGUF" read as a little-endian u32 (§1.1) */
