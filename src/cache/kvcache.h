@@ -100,8 +100,6 @@ int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer);
 /* The shape and rows of a layer, for code outside the cache (which goes
  * through these, never through the structs above). */
 static inline int pkv_kvcache_n_layers(const pkv_kvcache *c) { return c->n_layers; }
-/* Bytes of one key or value element: 2 (f16) or 4 (f32). */
-static inline int pkv_kvcache_elem_bytes(const pkv_kvcache *c) { return c->elem_bytes; }
 static inline int pkv_kvcache_n_heads(const pkv_kvcache *c, int layer) { return c->layers[layer].n_heads; }
 static inline int pkv_kvcache_head_dim_k(const pkv_kvcache *c, int layer) { return c->layers[layer].head_dim_k; }
 static inline int pkv_kvcache_head_dim_v(const pkv_kvcache *c, int layer) { return c->layers[layer].head_dim_v; }

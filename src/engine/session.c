@@ -138,7 +138,7 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
 static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats *stats) {
     stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
     uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
-    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, pkv_kvcache_elem_bytes(&s->cache));
+    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, s->cache.elem_bytes);
     for (int il = 0; il < s->model->hp.n_layer; il++) {
         int rows = n_pos;
         if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window) rows = s->model->hp.sliding_window;
