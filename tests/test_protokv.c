@@ -69,7 +69,21 @@ static void plant(layer_env *e, int g, int dim, const int *rows, int n, const fl
         for (int j = 0; j < dim; j++) e->keys[g][rows[k] * dim + j] = dir[j] + 1e-3f * noise(&seed);
 }
 
-static pkv_press_cfg *protokv_cfg(const char *const *kv) { return test_press_cfg("protokv", kv); }
+/* The tests below check the mechanics of each step on the seed's first reading
+ * (global assignment to ~500 prototypes, psi = the sum of raw window logits,
+ * no vote pooling: docs/protokv.md), so they spell it out; their own options
+ * come after and override it. The chosen defaults have their own test. */
+static const char *const FIRST_READING[] = {"assign", "global", "score", "logit", "agg", "sum", "kernel", "1",
+                                            "pool", "avg", "chunk", "none", NULL};
+
+static pkv_press_cfg *protokv_cfg(const char *const *kv) {
+    const char *all[64];
+    int n = 0;
+    for (int i = 0; FIRST_READING[i]; i++) all[n++] = FIRST_READING[i];
+    for (int i = 0; kv[i] && n < 63; i++) all[n++] = kv[i];
+    all[n] = NULL;
+    return test_press_cfg("protokv", all);
+}
 
 /* What the watcher saw of each head. */
 typedef struct {
@@ -616,6 +630,22 @@ static void kept_prefix(const pkv_press_selection *sel, int n_prefix, bool *kept
         if (sel->keep[0][k] < n_prefix) kept[sel->keep[0][k]] = true;
 }
 
+/* Runs the press with opts (chunks of 4 rows) and checks that exactly the
+ * rows of chunk want, and the window, are kept. */
+static void check_one_chunk_kept(layer_env *e, const char *const *opts, int n_prefix, int want, const char *what) {
+    pkv_press_cfg *cfg = protokv_cfg(opts);
+    REQUIRE(cfg);
+    pkv_press_selection sel;
+    bool kept[64];
+    if (run_press(cfg, e, &sel)) {
+        kept_prefix(&sel, n_prefix, kept);
+        CHECK_EQ_INT(sel.n_keep[0], 8);
+        for (int i = 0; i < n_prefix; i++)
+            CHECK_MSG(kept[i] == (i / 4 == want), "%s: row %d kept %d", what, i, kept[i]);
+    }
+    pkv_press_cfg_free(cfg);
+}
+
 /* 16 prefix rows in chunks of 4 (m = 0, assign=local, reach 0: chunk c is
  * rows 4c..4c+3), budget 4 prefix rows + a window of 4: agg decides which
  * chunk survives whole. Chunk 0 holds one strong vote (10, 0, 0, 0: sum 10,
@@ -627,20 +657,11 @@ TEST(protokv_agg_sum_max_mean_by_hand) {
     voted_layer(&e, 20, 4, a);
     const char *aggs[] = {"sum", "max", "mean"};
     const int want_chunk[] = {1, 0, 1}; /* sum 16 > 10; max 10 > 4; mean 4 > 2.5 */
-    for (int k = 0; k < 3; k++) {
-        pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign",
-                                                          "local", "reach", "0", "agg", aggs[k], NULL});
-        REQUIRE(cfg);
-        pkv_press_selection sel;
-        bool kept[16];
-        if (run_press(cfg, &e, &sel)) {
-            kept_prefix(&sel, 16, kept);
-            CHECK_EQ_INT(sel.n_keep[0], 8);
-            for (int i = 0; i < 16; i++)
-                CHECK_MSG(kept[i] == (i / 4 == want_chunk[k]), "agg=%s: row %d kept %d", aggs[k], i, kept[i]);
-        }
-        pkv_press_cfg_free(cfg);
-    }
+    for (int k = 0; k < 3; k++)
+        check_one_chunk_kept(&e,
+                             (const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign", "local",
+                                              "reach", "0", "agg", aggs[k], NULL},
+                             16, want_chunk[k], aggs[k]);
     pkv_arena_free(&e.arena);
 }
 
@@ -795,5 +816,26 @@ TEST(protokv_sinks_kept) {
         for (int r = 36; r < 40; r++) CHECK(contains(sel.keep[0], sel.n_keep[0], r));
     }
     pkv_press_cfg_free(cfg);
+    pkv_arena_free(&e.arena);
+}
+
+/* score: psi from raw window logits or from SnapKV's softmax votes. Chunks of
+ * 4, sum over the cluster, budget 4 prefix rows: chunk 0 has one row far above
+ * the rest and three below (logits 4, -2, -2, -2: sum -2), chunk 1 is flat
+ * (0, 0, 0, 0: sum 0). Raw logits keep chunk 1 (0 > -2); softmax votes are
+ * proportional to exp(logit / sqrt(d)) = exp(logit / 2), so chunk 0 sums
+ * e^2 + 3 e^-1 = 8.5 against chunk 1's 4 and is kept: the negative logits of
+ * the diagnosis (docs/protokv.md) stop counting against a cluster. */
+TEST(protokv_score_logit_or_attn_by_hand) {
+    static layer_env e;
+    const float a[16] = {4, -2, -2, -2, 0, 0, 0, 0, -5, -5, -5, -5, 0, 0, 0, 0};
+    voted_layer(&e, 16, 4, a);
+    const char *scores[] = {"logit", "attn"};
+    const int want_chunk[] = {1, 0};
+    for (int k = 0; k < 2; k++)
+        check_one_chunk_kept(&e,
+                             (const char *[]){"budget", "8", "window", "4", "m", "0", "chunk", "4", "assign", "local",
+                                              "reach", "0", "score", scores[k], NULL},
+                             12, want_chunk[k], scores[k]);
     pkv_arena_free(&e.arena);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Press variants side by side from promptkv eval result lines, with 95% intervals (standard library only).
 
-usage: tools/eval-compare.py RESULTS.jsonl [RESULTS.jsonl ...] [--ref PRESS] [--mode MODE] [--tasks LIST]
-                             [--by budget|task|length] [--markdown] [--seed N]
+usage: tools/eval-compare.py RESULTS.jsonl[.gz] [RESULTS.jsonl[.gz] ...] [--ref PRESS] [--mode MODE] [--tasks LIST]
+                             [--by budget|task|length] [--markdown | --pivot | --cost] [--seed N]
 
 For every press (the eval's label: a press name or LABEL of LABEL=PRESS:...) and budget or ratio, over the
 prompts of the files (joined on task, length, sample, depth and mode):
@@ -17,6 +17,7 @@ prompts of the files (joined on task, length, sample, depth and mode):
 --by task|length splits every row by task or length as well.
 """
 import argparse
+import gzip
 import json
 import math
 import random
@@ -27,7 +28,8 @@ from collections import defaultdict
 def load(paths):
     rows = []
     for path in paths:
-        with open(path, encoding="utf-8") as f:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
             for line in f:
                 line = line.strip()
                 if not line:
@@ -62,6 +64,28 @@ def mean(v):
     return sum(v) / len(v) if v else math.nan
 
 
+def quantiles(v):
+    v = sorted(v)
+    return v[len(v) // 2], v[int(0.1 * (len(v) - 1))], v[int(0.9 * (len(v) - 1))]
+
+
+def print_cost(rows):
+    """A prompt is prefilled once per mode (its full-cache line carries the prefill); every other line is one
+    configuration on a copy of that cache: copy, press, the question (query-agnostic) and the decode."""
+    prefill = [r["time"]["prefill_s"] for r in rows if r["press"] == "none" and "time" in r]
+    per_cfg = [sum(r["time"].get(k, 0) for k in ("copy_s", "press_s", "question_s", "decode_s"))
+               for r in rows if r["press"] != "none" and "time" in r]
+    steps = [r["time"].get("decode_steps", 0) for r in rows if "time" in r]
+    print("result lines %d, prompts x modes %d" % (len(rows), len(prefill)))
+    if prefill:
+        print("prefill s per prompt: median %.1f (10%%-90%%: %.1f-%.1f)" % quantiles(prefill))
+    if per_cfg:
+        print("s per configuration (copy + press + question + decode): median %.2f (10%%-90%%: %.2f-%.2f)" %
+              quantiles(per_cfg))
+    if steps:
+        print("decoded tokens per line: median %d (10%%-90%%: %d-%d)" % quantiles(steps))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+")
@@ -70,6 +94,10 @@ def main():
     ap.add_argument("--tasks")
     ap.add_argument("--by", choices=["budget", "task", "length"], default="budget")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--cost", action="store_true",
+                    help="the run's cost: prompts, result lines, prefill seconds per prompt, seconds per configuration")
+    ap.add_argument("--pivot", action="store_true",
+                    help="markdown, one table per group: a row per press, a column per size, mean [95%% CI]")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     rows = load(a.results)
@@ -80,6 +108,9 @@ def main():
         rows = [r for r in rows if r["task"] in keep]
     if not rows:
         sys.exit("eval-compare: no result lines")
+    if a.cost:
+        print_cost(rows)
+        return
     rng = random.Random(a.seed)
     # (group, press, size) -> prompt -> row
     cells = defaultdict(dict)
@@ -119,7 +150,34 @@ def main():
                             "" if not diff else "%+.1f-%+.1f" % (dlo, dhi), wlt,
                             "%.3f" % needle if not math.isnan(needle) else "-", "%.3f" % dnll if not math.isnan(dnll) else "-",
                             str(len(sc))])
-    if a.markdown:
+    if a.pivot:
+        for g in groups:
+            gs = [s for s in sizes if any((g, p, s) in cells for p in presses)]
+            print("**%s**\n" % g)
+            print("| press | " + " | ".join(gs) + " | prompts |")
+            print("|---" * (len(gs) + 2) + "|")
+            full = cells.get((g, "none", "full"), {})
+            if full:
+                sc = [r["score"] for r in full.values()]
+                lo, hi = bootstrap(sc, rng)
+                print("| full cache | " + " | ".join("%.1f [%.0f-%.0f]" % (mean(sc), lo, hi) for _ in gs) +
+                      " | %d |" % len(sc))
+            for p in presses:
+                if p == "none":
+                    continue
+                row, ns = [], set()
+                for s in gs:
+                    c = cells.get((g, p, s))
+                    if not c:
+                        row.append("")
+                        continue
+                    sc = [r["score"] for r in c.values()]
+                    lo, hi = bootstrap(sc, rng)
+                    row.append("%.1f [%.0f-%.0f]" % (mean(sc), lo, hi))
+                    ns.add(len(sc))
+                print("| %s | " % p + " | ".join(row) + " | %s |" % "/".join(str(n) for n in sorted(ns)))
+            print()
+    elif a.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for r in out:

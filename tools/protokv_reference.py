@@ -66,23 +66,26 @@ class ProtoKVOptions:
     edge: str = "exist"              # exist | zero
     sign: str = "deviate"            # deviate (theta = -z) | similar (theta = +z)
     r: int = 2
-    v: int | None = None             # None: 500 - 2^r
+    v: int | None = None             # a count of chunk prototypes instead of chunk; with chunk None too: 500 - 2^r
     sigma: float | None = None       # None: median pairwise distance of the candidates
-    chunk: int | None = None         # rows per chunk prototype instead of v
-    assign: str = "global"           # global | local
+    chunk: int | None = 16           # rows per chunk prototype; None: v chunk prototypes
+    assign: str = "local"            # local | global
     reach: int = 1                   # assign=local: chunks on each side
-    score: str = "logit"             # logit | attn
-    kernel: int = 1                  # positional pooling of the votes (odd)
-    pool: str = "avg"                # avg | max
-    agg: str = "sum"                 # sum | mean | max
+    score: str = "attn"              # attn | logit
+    kernel: int = 7                  # positional pooling of the votes (odd)
+    pool: str = "max"                # max | avg
+    agg: str = "mean"                # mean | sum | max
     mix: float = 1.0                 # 1: whole clusters; < 1: rows by (1 - mix) vote + mix psi
     overflow: str = "fill"           # fill | skip
     sinks: int = 0                   # first rows always kept
 
     def chunks(self, rest: int) -> int:
+        # a count v replaces the chunk size (the engine: whichever of v and chunk is set last)
+        if self.v is not None:
+            return self.v
         if self.chunk is not None:
             return max(1, -(-rest // self.chunk))
-        return self.v if self.v is not None else max(1, TOTAL_PROTOTYPES - (1 << self.r))
+        return max(1, TOTAL_PROTOTYPES - (1 << self.r))
 
 
 class SplitMix64:

@@ -101,24 +101,26 @@ static const pkv_press_option PROTOKV_OPTIONS[] = {
      .type = PKV_OPT_CHOICE, .offset = P(sign_similar), .choices = SIGNS},
     {.key = "r", .help = "LSH bits: u = 2^r SAT buckets (default 2)", .type = PKV_OPT_INT, .offset = P(r), .lo = 1,
      .hi = MAX_LSH_BITS},
-    {.key = "v", .help = "chunk prototypes of the other rows (default 500 - 2^r; at most one per row)",
-     .type = PKV_OPT_INT, .offset = P(v), .lo = 1, .hi = 1 << 24},
+    {.key = "v", .help = "chunk prototypes of the other rows, with chunk=none (default then 500 - 2^r; at most one per row)",
+     .type = PKV_OPT_INT, .offset = P(v), .lo = 1, .hi = 1 << 24, .clears = "chunk"},
     {.key = "sigma", .help = "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
-    {.key = "chunk", .help = "rows per chunk prototype instead of a count v (none: default, v decides)"},
+    /* custom (a number or none); its offset is what v clears */
+    {.key = "chunk", .help = "rows per chunk prototype (default 16) | none: a count v of chunk prototypes instead",
+     .offset = P(chunk)},
     {.key = "assign",
-     .help = "global (default: a row joins the nearest of all prototypes) | local (the SAT prototypes and the chunks "
-             "within reach of its own)",
+     .help = "local (default: a row joins the nearest of the SAT prototypes and the chunks within reach of its "
+             "own) | global (the nearest of all prototypes)",
      .type = PKV_OPT_CHOICE, .offset = P(assign_local), .choices = ASSIGNS},
     {.key = "reach", .help = "assign=local: chunks on each side of a row's own chunk it may join (default 1)",
      .type = PKV_OPT_INT, .offset = P(reach), .lo = 0, .hi = 1 << 24},
-    {.key = "score", .help = "logit (default: q.k summed over the window queries and the query group) | attn (SnapKV's votes)",
+    {.key = "score", .help = "attn (default: SnapKV's softmax votes) | logit (q.k summed over the window queries and the query group)",
      .type = PKV_OPT_CHOICE, .offset = P(score_attn), .choices = SCORES},
-    {.key = "kernel", .help = "positional pooling of the row votes before clustering, odd (default 1: none; SnapKV's S5)",
+    {.key = "kernel", .help = "positional pooling of the row votes before clustering, odd (default 7, as SnapKV; 1: none)",
      .type = PKV_OPT_INT, .offset = P(kernel), .lo = 1, .hi = 1 << 16, .flags = PKV_OPT_ODD,
      .why = "(the pooled length must equal the rows)"},
-    {.key = "pool", .help = "avg (default) | max: the pooling of kernel", .type = PKV_OPT_CHOICE, .offset = P(pool),
+    {.key = "pool", .help = "max (default, as SnapKV) | avg: the pooling of kernel", .type = PKV_OPT_CHOICE, .offset = P(pool),
      .choices = POOLS},
-    {.key = "agg", .help = "sum (default) | mean | max: a cluster's score psi from its rows' votes",
+    {.key = "agg", .help = "mean (default) | sum | max: a cluster's score psi from its rows' votes",
      .type = PKV_OPT_CHOICE, .offset = P(agg), .choices = AGGS},
     {.key = "mix", .help = "rank rows by (1 - mix) vote + mix psi of their cluster (default 1: whole clusters in psi order)",
      .type = PKV_OPT_REAL, .offset = P(mix), .lo = 0, .hi = 1},
@@ -132,7 +134,13 @@ static const pkv_press_option PROTOKV_OPTIONS[] = {
 #undef P
 
 static void protokv_defaults(void *p) {
-    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2, .reach = 1, .kernel = 1, .mix = 1.0};
+    /* chosen on the development split (docs/protokv.md, "Choosing the defaults"):
+     * chunks of 16 rows joined locally, psi the mean of SnapKV's pooled softmax
+     * votes (SnapKV's own kernel and pooling), whole clusters; the seed's first
+     * reading is assign=global score=logit agg=sum kernel=1 chunk=none */
+    *(protokv_params *)p = (protokv_params){.m = 32, .kappa = 5, .r = 2, .chunk = 16, .assign_local = true,
+                                            .reach = 1, .score_attn = true, .kernel = 7, .pool = PKV_POOL_MAX,
+                                            .agg = AGG_MEAN, .mix = 1.0};
 }
 
 static int parse_positive(const char *key, const char *value, double *out, pkv_error *err) {
@@ -144,7 +152,7 @@ static int parse_positive(const char *key, const char *value, double *out, pkv_e
     return 0;
 }
 
-/* The two options whose values are a number or a word (the table's
+/* The options whose values are a number or a word (the table's
  * PKV_OPT_CUSTOM entries). */
 static int protokv_set(void *pp, const char *key, const char *value, pkv_error *err) {
     protokv_params *p = pp;
@@ -179,6 +187,7 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
             return pkv_fail(err, PKV_ERR_ARG, "protokv chunk must be an integer in [1, %ld] or none, got '%s'",
                             1L << 24, value);
         p->chunk = (int)v;
+        p->v = 0; /* a chunk size replaces a count of chunk prototypes */
         return 0;
     }
     return 1; /* not ours */
