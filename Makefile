@@ -28,7 +28,11 @@ AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
 # the engine's layers, lowest first: a layer includes only the layers before it
 ENGINE_DIRS := base format kernels cache text model press engine
-LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS) eval bench,$(wildcard src/$(d)/*.c)))
+LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS),$(wildcard src/$(d)/*.c)))
+# the harness, each its own archive over the engine's public API (and src/base/):
+# linked into the CLI and the tests, not into libpromptkv.a
+EVAL_SRC  := $(sort $(wildcard src/eval/*.c))
+BENCH_SRC := $(sort $(wildcard src/bench/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
@@ -56,14 +60,20 @@ $(1)/libpromptkv.a: $(call objs,$(1),$(LIB_SRC))
 $(1)/libpromptkv_server.a: $(call objs,$(1),$(SERVER_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
+$(1)/libpromptkv_eval.a: $(call objs,$(1),$(EVAL_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/libpromptkv_bench.a: $(call objs,$(1),$(BENCH_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
 $(call objs,$(1),$(SERVER_SRC)): | deps
-$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv.a
+$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv_eval.a $(1)/libpromptkv_bench.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(SERVER_LIBS) $(3)
-$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
+$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv_eval.a $(1)/libpromptkv_bench.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
-$(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv.a
+$(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv_eval.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/gguf-edit: $(1)/tools/gguf-edit.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
@@ -74,7 +84,8 @@ SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 .DEFAULT_GOAL := all
 
 # MPI=1: promptkv eval shards samples over MPI ranks (mpicc, -DPKV_MPI). Only
-# cli/cmd_eval.c uses MPI; a stamp rebuilds it (and relinks) when the setting changes.
+# cli/cmd_eval.c and cli/eval_args.c (its usage text) use MPI; a stamp rebuilds
+# them (and relinks) when the setting changes.
 ifeq ($(MPI),1)
 CC := mpicc
 CFLAGS_COMMON += -DPKV_MPI
@@ -82,7 +93,7 @@ endif
 MPI_STAMP := $(BUILD)/.mpi-$(if $(filter 1,$(MPI)),on,off)
 $(MPI_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mpi-* && touch $@
-$(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
+$(BUILD)/cli/cmd_eval.o $(BUILD)/cli/eval_args.o: $(MPI_STAMP)
 
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
@@ -130,7 +141,7 @@ bench: all $(GEMMA_MODEL)
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
 fuzz: $(BUILD)/fuzz_gguf
-FUZZ_GGUF_SRC = src/format/gguf.c src/base/error.c
+FUZZ_GGUF_SRC = src/format/gguf.c src/format/gguf_format.c src/base/error.c
 $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 	@mkdir -p $(BUILD)
 	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) -o $@ -lm
@@ -138,8 +149,7 @@ $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
 FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/kernels/,cpu.o quant_avx2.o quant_avx512.o vec_avx2.o vec_avx512.o \
-                                                    gemm_avx2.o gemm_avx512.o)
+FUZZ_GCC_OBJS  = $(call objs,$(BUILD)/fuzz,src/kernels/cpu.c $(wildcard src/kernels/*_avx2.c src/kernels/*_avx512.c))
 $(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
 $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc

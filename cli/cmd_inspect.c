@@ -16,6 +16,7 @@
 #include "args.h"
 #include "commands.h"
 #include "inspect_json.h"
+#include "press/observer.h"
 #include "press_args.h"
 
 static const char INSPECT_USAGE[] =
@@ -407,7 +408,8 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (a.clusters) {
         pkv_error werr;
-        if (pkv_press_cfg_watch_clusters(press, watch_layer, watch_head, on_clusters, &cw, &werr)) {
+        pkv_press_observer ob = {.layer = watch_layer, .head = watch_head, .clusters = on_clusters, .user = &cw};
+        if (pkv_press_cfg_observe(press, &ob, &werr)) {
             cli_error(cmd, "--clusters: %s", werr.msg);
             pkv_press_cfg_free(press);
             return EXIT_USAGE;

@@ -7,6 +7,7 @@
 #      mutation of the fixture models through the ASan + UBSan CLI (tests/mutate-test.sh)
 #   4. the HTTP server with the OpenAI client (tests/server-test.sh)
 #   5. promptkv eval on a tiny model: smoke, kill -9 + resume, MPI when build/mpi/promptkv exists
+#   6. the layout's rules on the sources: includes run down the layers, no file over 800 lines
 # Run from the repository root after `make tests model`.
 set -u
 BUILD=${BUILD:-build}
@@ -50,6 +51,7 @@ run_suite "cli" tests/cli-test.sh "$BUILD/promptkv"
 run_suite "mutated models (asan+ubsan)" tests/mutate-test.sh "$BUILD/san/promptkv" "$BUILD/gguf-edit"
 run_suite "server" tests/server-test.sh "$BUILD/promptkv"
 run_suite "eval smoke" tests/eval-smoke.sh "$BUILD/promptkv" "$BUILD/mpi/promptkv"
+run_suite "layers" tests/layers-test.sh
 
 if [ ${#failed_suites[@]} -gt 0 ]; then
     echo "failing suites: ${failed_suites[*]}"

@@ -1,14 +1,14 @@
 /*
  * Presses inside the engine, on the tiny fixture models: the compression
- * invariants of evaluation.md §5.1 (budget >= L is bit-identical to the full
+ * invariants of docs/evaluation.md §5.1 (budget >= L is bit-identical to the full
  * cache, kept counts are exactly the budget, the window and protected spans
  * survive, original positions are kept, results do not depend on threads).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "promptkv.h"
 #include "press_fixtures.h"
+#include "promptkv.h"
 #include "test.h"
 
 static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";
@@ -418,7 +418,7 @@ TEST(press_engine_interrupt_then_reset) {
 /* After a press, the next tokens (a query-agnostic question, a new turn) go
  * through a multi-token prefill over the ragged, compressed cache. That must
  * be the same computation as feeding them one decode step at a time over the
- * same kept rows (evaluation.md §0.1): only float summation order differs. */
+ * same kept rows (docs/evaluation.md §0.1): only float summation order differs. */
 TEST(press_engine_prefill_after_press_equals_decode_steps) {
     const char *models[] = {LLAMA, GEMMA};
     for (int mi = 0; mi < 2; mi++) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eval/perplexity.h"
 #include "promptkv.h"
 #include "test.h"
 

@@ -1,5 +1,5 @@
 /*
- * Tokenizer tests (engine-notes.md §4). Expected values come from:
+ * Tokenizer tests (docs/engine.md §4). Expected values come from:
  *   - hand derivations from the algorithm in §4.2-§4.4 (small vocabularies
  *     built in memory; each case says why the answer is what it is);
  *   - the .ref files in tests/fixtures/tokenizer, written by tools/make-tokenizer-fixtures.py
@@ -11,8 +11,11 @@
 #include <string.h>
 
 #include "test.h"
-#include "text/vocab.h"
+#include "text/chat.h"
+#include "text/tok_bpe.h"
+#include "text/tokenizer.h"
 #include "text/unicode.h"
+#include "text/vocab.h"
 
 /* ---------------------------------------------------------------- fixture reading */
 
@@ -1077,7 +1080,7 @@ TEST(real_tok_gemma3_chat_example) {
     int n = pkv_chat_render(PKV_CHAT_GEMMA, v.tok, NULL, msgs, 1, buf, sizeof buf, &system_end, &err);
     REQUIRE(n > 0);
     CHECK_EQ_INT(system_end, 0);
-    /* engine-notes.md §4.6: add_special=false, parse_special=true */
+    /* docs/engine.md §4.6: add_special=false, parse_special=true */
     CHECK(encode_is(v.tok, buf, (size_t)n, false, true,
                     IDS(2, 105, 2364, 107, 3694, 106, 107, 105, 4368, 107)));
     unload_vocab(&v);

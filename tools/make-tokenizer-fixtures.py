@@ -6,7 +6,7 @@ Needs the Python packages regex, tokenizers, sentencepiece, gguf, jinja2.
 
 Every expected value comes from an independent implementation:
   pretok.ref        pre-tokenizer pieces from the `regex` module applied to
-                    the regexes of engine-notes.md §4.4 (llama.cpp's forms)
+                    the regexes of docs/engine.md §4.4 (llama.cpp's forms)
   bpe-llama3.gguf   tiny byte-level BPE vocabularies trained here with HF
   bpe-qwen2.gguf    `tokenizers` (pre-tokenizer = the Llama 3 / Qwen2 split
                     regex, then ByteLevel), written as GGUF tokenizer keys
@@ -71,7 +71,7 @@ def esc_str(s: str) -> str:
 
 # ---------------------------------------------------------------- pre-tokenizer regexes
 
-# llama.cpp's forms (engine-notes.md §4.4): the (?i:...) contraction group is
+# llama.cpp's forms (docs/engine.md §4.4): the (?i:...) contraction group is
 # written with explicit case classes.
 CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 LLAMA3 = (CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -467,7 +467,7 @@ def write_spm_fixture(out_dir):
 
 # ---------------------------------------------------------------- chat templates
 
-# google/gemma-3-*-it, tokenizer_config.json "chat_template" (engine-notes.md §4.6)
+# google/gemma-3-*-it, tokenizer_config.json "chat_template" (docs/engine.md §4.6)
 GEMMA3_TEMPLATE = """{{ bos_token }}
 {%- if messages[0]['role'] == 'system' -%}
     {%- if messages[0]['content'] is string -%}
