@@ -2,6 +2,8 @@
 #   make            library + CLI (build/promptkv, build/libpromptkv.a) + build/bench-press (press timings)
 #   make run        build, install the default model, run the demo
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
+#   make test-qwen1.5b  the Qwen2.5-Coder-1.5B-Instruct checks against llama.cpp (perplexity, tokenizer;
+#                   installs the 1.1 GB model; not part of make test)
 #   make model      install a model into models/ (NAME=qwen2.5-coder-0.5b-instruct, the default;
 #                   qwen2.5-coder-1.5b-instruct; gemma-3-270m): tools/install-model.sh --list
 #   make fuzz       libFuzzer target for the GGUF reader (clang)
@@ -26,7 +28,11 @@ AVX512_FLAGS  = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 
 # the engine's layers, lowest first: a layer includes only the layers before it
 ENGINE_DIRS := base format kernels cache text model press engine
-LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS) eval bench,$(wildcard src/$(d)/*.c)))
+LIB_SRC  := $(sort $(foreach d,$(ENGINE_DIRS),$(wildcard src/$(d)/*.c)))
+# the harness, each its own archive over the engine's public API (and src/base/):
+# linked into the CLI and the tests, not into libpromptkv.a
+EVAL_SRC  := $(sort $(wildcard src/eval/*.c))
+BENCH_SRC := $(sort $(wildcard src/bench/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # the HTTP server: its own archive, linked only into the CLI (the library stays libc-only)
@@ -54,14 +60,20 @@ $(1)/libpromptkv.a: $(call objs,$(1),$(LIB_SRC))
 $(1)/libpromptkv_server.a: $(call objs,$(1),$(SERVER_SRC))
 	@rm -f $$@
 	ar rcs $$@ $$^
+$(1)/libpromptkv_eval.a: $(call objs,$(1),$(EVAL_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/libpromptkv_bench.a: $(call objs,$(1),$(BENCH_SRC))
+	@rm -f $$@
+	ar rcs $$@ $$^
 $(call objs,$(1),$(SERVER_SRC)): | deps
-$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv.a
+$(1)/promptkv: $(call objs,$(1),$(CLI_SRC)) $(1)/libpromptkv_server.a $(1)/libpromptkv_eval.a $(1)/libpromptkv_bench.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(SERVER_LIBS) $(3)
-$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv.a
+$(1)/test_runner: $(call objs,$(1),$(TEST_SRC)) $(1)/libpromptkv_eval.a $(1)/libpromptkv_bench.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
-$(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv.a
+$(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv_eval.a $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/gguf-edit: $(1)/tools/gguf-edit.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
@@ -72,7 +84,8 @@ SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 .DEFAULT_GOAL := all
 
 # MPI=1: promptkv eval shards samples over MPI ranks (mpicc, -DPKV_MPI). Only
-# cli/cmd_eval.c uses MPI; a stamp rebuilds it (and relinks) when the setting changes.
+# cli/cmd_eval.c and cli/eval_args.c (its usage text) use MPI; a stamp rebuilds
+# them (and relinks) when the setting changes.
 ifeq ($(MPI),1)
 CC := mpicc
 CFLAGS_COMMON += -DPKV_MPI
@@ -80,12 +93,12 @@ endif
 MPI_STAMP := $(BUILD)/.mpi-$(if $(filter 1,$(MPI)),on,off)
 $(MPI_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mpi-* && touch $@
-$(BUILD)/cli/cmd_eval.o: $(MPI_STAMP)
+$(BUILD)/cli/cmd_eval.o $(BUILD)/cli/eval_args.o: $(MPI_STAMP)
 
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
+.PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
 all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/protokv-diagnose
 deps:
 	@tools/install-deps.sh
@@ -119,13 +132,16 @@ test: all tests $(DEFAULT_MODEL) $(GEMMA_MODEL)
 	$(MAKE) MPI=1 BUILD=$(BUILD)/mpi $(BUILD)/mpi/promptkv
 	BUILD=$(BUILD) tests/run-all.sh
 
+test-qwen1.5b: $(BUILD)/test_runner $(QWEN15_MODEL)
+	$(BUILD)/test_runner manual_qwen15_
+
 bench: all $(GEMMA_MODEL)
 	tools/bench-docs.sh
 
 # ------------------------------------------------------------ fuzzing (clang + libFuzzer)
 FUZZ_FLAGS = -fsanitize=fuzzer,address,undefined -g -O1
 fuzz: $(BUILD)/fuzz_gguf
-FUZZ_GGUF_SRC = src/format/gguf.c src/base/error.c
+FUZZ_GGUF_SRC = src/format/gguf.c src/format/gguf_format.c src/base/error.c
 $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 	@mkdir -p $(BUILD)
 	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) -o $@ -lm
@@ -133,8 +149,7 @@ $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented
 FUZZ_LIB_FLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-FUZZ_GCC_OBJS  = $(addprefix $(BUILD)/fuzz/src/kernels/,cpu.o quant_avx2.o quant_avx512.o vec_avx2.o vec_avx512.o \
-                                                    gemm_avx2.o gemm_avx512.o)
+FUZZ_GCC_OBJS  = $(call objs,$(BUILD)/fuzz,src/kernels/cpu.c $(wildcard src/kernels/*_avx2.c src/kernels/*_avx512.c))
 $(eval $(call build_tree,$(BUILD)/fuzz,$$(FUZZ_LIB_FLAGS),))
 $(BUILD)/fuzz/%: CC = clang
 $(FUZZ_GCC_OBJS): CC = gcc

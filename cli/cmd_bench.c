@@ -6,6 +6,7 @@
 #include "args.h"
 #include "bench/bench.h"
 #include "commands.h"
+#include "flags.h"
 #include "press_args.h"
 
 static const char BENCH_USAGE[] =
@@ -129,88 +130,71 @@ static double load_average(void) {
 }
 
 typedef struct {
-    const char *model_path;
+    cli_engine_args engine;
     int_list prompts, depths, probes;
     int n_gen, depth_gen;
     bool shared_prefill, csv, membw, membw_only;
     uint64_t membw_size, mem_cap;
     const char *svg_path, *csv_path, *presses;
-    pkv_simd simd;
     press_args pa;
     pkv_bench_opts o;
 } bench_args;
 
-static int parse_args(bench_args *a, int argc, char **argv) {
-    const char *cmd = "bench", *v;
-    long n;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            fputs(BENCH_USAGE, stdout);
-            press_args_usage(stdout);
-            return 1;
+static const cli_flag BENCH_FLAGS[] = {
+    {"--no-warmup", NULL, CLI_FALSE, offsetof(bench_args, o.warmup), 0, 0, NULL},
+    {"--separate-prefill", NULL, CLI_FALSE, offsetof(bench_args, shared_prefill), 0, 0, NULL},
+    {"--no-membw", NULL, CLI_FALSE, offsetof(bench_args, membw), 0, 0, NULL},
+    {"--membw-only", NULL, CLI_TRUE, offsetof(bench_args, membw_only), 0, 0, NULL},
+    {"-n", NULL, CLI_INT, offsetof(bench_args, n_gen), 0, 1 << 20, NULL},
+    {"--depth-gen", NULL, CLI_INT, offsetof(bench_args, depth_gen), 1, 1 << 20, NULL},
+    {"--presses", NULL, CLI_TEXT, offsetof(bench_args, presses), 0, 0, NULL},
+    {"-r", NULL, CLI_INT, offsetof(bench_args, o.reps), 1, 1000, NULL},
+    {"--seed", NULL, CLI_U64, offsetof(bench_args, o.seed), 0, 0, NULL},
+    {"--svg", NULL, CLI_TEXT, offsetof(bench_args, svg_path), 0, 0, NULL},
+    {"--csv", NULL, CLI_TEXT, offsetof(bench_args, csv_path), 0, 0, NULL},
+    {"--membw-size", NULL, CLI_SIZE, offsetof(bench_args, membw_size), 0, 0, NULL},
+    {"--mem", NULL, CLI_SIZE, offsetof(bench_args, mem_cap), 0, 0, NULL},
+    {NULL, NULL, 0, 0, 0, 0, NULL},
+};
+
+/* The flags that take lists, and -o. */
+static int parse_list_flag(void *args, int argc, char **argv, int *i) {
+    bench_args *a = args;
+    const char *cmd = "bench", *f = argv[*i], *v;
+    bool known = !strcmp(f, "-p") || !strcmp(f, "--depths") || !strcmp(f, "--mem-probe") || !strcmp(f, "-o");
+    if (!known) return 0;
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(f, "-p")) {
+        if (!strcmp(v, "0")) a->prompts.n = 0;
+        else if (!parse_list(cmd, f, v, 1, 1 << 24, &a->prompts)) return -1;
+    } else if (!strcmp(f, "--depths")) {
+        if (!parse_list(cmd, f, v, 1, 1 << 24, &a->depths)) return -1;
+    } else if (!strcmp(f, "--mem-probe")) {
+        if (!parse_list(cmd, f, v, 1, 1 << 24, &a->probes)) return -1;
+        if (a->probes.n > PKV_BENCH_MAX_PROBES) {
+            cli_error(cmd, "--mem-probe: at most %d lengths", PKV_BENCH_MAX_PROBES);
+            return -1;
         }
-        int pr = press_args_parse(&a->pa, cmd, argc, argv, &i);
-        if (pr < 0) return -1;
-        if (pr > 0) continue;
-        if (!strcmp(f, "--no-warmup")) a->o.warmup = false;
-        else if (!strcmp(f, "--separate-prefill")) a->shared_prefill = false;
-        else if (!strcmp(f, "--no-membw")) a->membw = false;
-        else if (!strcmp(f, "--membw-only")) a->membw_only = true;
-        else {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return -1;
-            if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model_path = v;
-            else if (!strcmp(f, "-p")) {
-                if (!strcmp(v, "0")) a->prompts.n = 0;
-                else if (!parse_list(cmd, f, v, 1, 1 << 24, &a->prompts)) return -1;
-            } else if (!strcmp(f, "-n")) {
-                if (!cli_int(cmd, f, v, 0, 1 << 20, &n)) return -1;
-                a->n_gen = (int)n;
-            } else if (!strcmp(f, "--depths")) {
-                if (!parse_list(cmd, f, v, 1, 1 << 24, &a->depths)) return -1;
-            } else if (!strcmp(f, "--depth-gen")) {
-                if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
-                a->depth_gen = (int)n;
-            } else if (!strcmp(f, "--presses")) a->presses = v;
-            else if (!strcmp(f, "-r")) {
-                if (!cli_int(cmd, f, v, 1, 1000, &n)) return -1;
-                a->o.reps = (int)n;
-            } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
-                if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
-                a->o.n_threads = (int)n;
-            } else if (!strcmp(f, "-b")) {
-                if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
-                a->o.n_batch = (int)n;
-            } else if (!strcmp(f, "--cache-type")) {
-                if (!cli_cache_type(cmd, v, &a->o.cache_type)) return -1;
-            } else if (!strcmp(f, "--seed")) {
-                if (!cli_u64(cmd, f, v, &a->o.seed)) return -1;
-            } else if (!strcmp(f, "--simd")) {
-                if (!cli_simd(cmd, v, &a->simd)) return -1;
-            } else if (!strcmp(f, "-o")) {
-                if (!strcmp(v, "csv")) a->csv = true;
-                else if (strcmp(v, "md")) {
-                    cli_error(cmd, "-o must be md or csv, got '%s'", v);
-                    return -1;
-                }
-            } else if (!strcmp(f, "--svg")) a->svg_path = v;
-            else if (!strcmp(f, "--csv")) a->csv_path = v;
-            else if (!strcmp(f, "--membw-size")) {
-                if (!cli_size(cmd, f, v, &a->membw_size)) return -1;
-            } else if (!strcmp(f, "--mem")) {
-                if (!cli_size(cmd, f, v, &a->mem_cap)) return -1;
-            } else if (!strcmp(f, "--mem-probe")) {
-                if (!parse_list(cmd, f, v, 1, 1 << 24, &a->probes)) return -1;
-                if (a->probes.n > PKV_BENCH_MAX_PROBES) {
-                    cli_error(cmd, "--mem-probe: at most %d lengths", PKV_BENCH_MAX_PROBES);
-                    return -1;
-                }
-            } else {
-                cli_error(cmd, "unknown option '%s' (see promptkv bench --help)", f);
-                return -1;
-            }
-        }
+    } else if (!strcmp(v, "csv")) {
+        a->csv = true;
+    } else if (strcmp(v, "md")) {
+        cli_error(cmd, "-o must be md or csv, got '%s'", v);
+        return -1;
     }
+    return 1;
+}
+
+static int parse_args(bench_args *a, int argc, char **argv) {
+    const char *cmd = "bench";
+    a->engine.n_threads = a->o.n_threads;
+    a->engine.n_batch = a->o.n_batch;
+    a->engine.cache_type = a->o.cache_type;
+    int rc = cli_parse_command(cmd, BENCH_USAGE, false, &a->pa, &a->engine, BENCH_FLAGS, a, parse_list_flag, true, argc,
+                               argv);
+    if (rc) return rc;
+    a->o.n_threads = a->engine.n_threads;
+    a->o.n_batch = a->engine.n_batch;
+    a->o.cache_type = a->engine.cache_type;
     return 0;
 }
 
@@ -328,7 +312,7 @@ int cmd_bench(int argc, char **argv) {
     a.o.on_result = show_result;
     double bw = 0;
     if (a.membw_only) return run_membw(&a, true, &bw) ? EXIT_RUNTIME : 0;
-    if (!a.model_path) {
+    if (!a.engine.model_path) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return EXIT_USAGE;
     }
@@ -338,13 +322,13 @@ int cmd_bench(int argc, char **argv) {
     pkv_bench_result *res = NULL;
     if (build_presses(&a, presses, &n_presses)) goto done;
     rc = EXIT_RUNTIME;
-    if (!(m = cli_load_model(cmd, a.model_path, a.simd))) goto done;
+    if (!(m = cli_load_model(cmd, a.engine.model_path, a.engine.simd))) goto done;
 
     pkv_model_info mi;
     pkv_model_get_info(m, &mi);
     if (!a.csv)
         printf("model: %s (%s, %.1f M params, %.1f MiB of weights), simd %s, threads %d, load average %.2f\n",
-               a.model_path, mi.name[0] ? mi.name : mi.arch, mi.n_params / 1e6, mib(mi.weight_bytes),
+               a.engine.model_path, mi.name[0] ? mi.name : mi.arch, mi.n_params / 1e6, mib(mi.weight_bytes),
                pkv_simd_name(pkv_simd_detect()), pkv_bench_n_threads(&a.o), load_average());
     if (a.mem_cap) {
         rc = run_mem(m, &a, presses, n_presses) ? EXIT_RUNTIME : 0;
@@ -396,7 +380,7 @@ int cmd_bench(int argc, char **argv) {
         }
         char title[300];
         snprintf(title, sizeof title, "%s: decode latency vs prompt length, %d threads",
-                 mi.name[0] ? mi.name : a.model_path, res[0].n_threads);
+                 mi.name[0] ? mi.name : a.engine.model_path, res[0].n_threads);
         pkv_bench_write_svg(f, res, k, title);
         if (fclose(f) != 0) {
             cli_error(cmd, "cannot write %s", a.svg_path);

@@ -5,6 +5,8 @@
  * (all full-attention layers together, then one section per layer). With
  * ProtoKV, --clusters shows one head's clusters: which tokens are SAT
  * candidates, which cluster each token joined, which clusters were kept.
+ * --json gives the kept positions per layer and head to other programs
+ * (tools/kvpress-parity.py compares them with kvpress's).
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,20 +15,31 @@
 
 #include "args.h"
 #include "commands.h"
+#include "inspect_json.h"
+#include "press/observer.h"
 #include "press_args.h"
 
 static const char INSPECT_USAGE[] =
     "usage: promptkv inspect -m MODEL (-p TEXT | -f FILE) --press NAME (--budget C | --ratio r) [options]\n"
     "\n"
     "Prefills the prompt with the press and shows which tokens each full-attention layer and head kept.\n"
-    "  --html FILE       write a page that shades every prompt token by how many heads kept it\n"
-    "  --tokens N        print the first N tokens with their keep counts (default 0)\n"
-    "  --clusters L:H    protokv: the clusters of KV head H of layer L (SAT candidates, the cluster each\n"
-    "                    token joined, kept clusters; with --tokens N every one of the first N tokens);\n"
-    "                    --clusters all: one line per full layer and head with how tightly SATs cluster\n"
-    "  -t, --threads N   threads\n"
-    "  -c, --ctx-size N  context length (default: the model's)\n"
-    "  -h, --help        this help; press options as in promptkv run --help-press\n";
+    "The prompt is laid out as promptkv eval lays it out: the context (-p or -f), then the question (-q),\n"
+    "in the model's chat template with --chat; the press sees the context and, in query-aware mode (the\n"
+    "default), the question; the template's tail is fed after it.\n"
+    "  -q, --question TEXT  the question after the context\n"
+    "      --chat           the model's chat template around context + question (--system TEXT: its system prompt)\n"
+    "  -n, --n-predict N    then generate up to N tokens greedily and print them\n"
+    "      --json FILE      write the token ids, the segments, the press's cost, the kept positions of every\n"
+    "                       full-attention layer and KV head, and the answer as JSON (- for stdout, alone)\n"
+    "      --html FILE      write a page that shades every prompt token by how many heads kept it\n"
+    "      --tokens N       print the first N tokens with their keep counts (default 0)\n"
+    "      --clusters L:H   protokv: the clusters of KV head H of layer L (SAT candidates, the cluster each\n"
+    "                       token joined, kept clusters; with --tokens N every one of the first N tokens);\n"
+    "                       --clusters all: one line per full layer and head with how tightly SATs cluster\n"
+    "  -t, --threads N      threads\n"
+    "  -c, --ctx-size N     context length (default: the model's)\n"
+    "      --cache-type T   f16 (default) or f32\n"
+    "  -h, --help           this help; press options as in promptkv run --help-press\n";
 
 typedef struct {
     int n_layers;
@@ -236,101 +249,217 @@ static void on_clusters(void *user, const pkv_cluster_view *v) {
     }
 }
 
-int cmd_inspect(int argc, char **argv) {
-    const char *cmd = "inspect", *model_path = NULL, *prompt = NULL, *file = NULL, *html = NULL, *clusters = NULL, *v;
-    long n_show = 0, n;
+/* ---------------------------------------------------------------- command */
+
+typedef struct {
+    const char *model_path, *prompt, *file, *system, *question, *html, *clusters, *json;
+    long n_show, n_predict;
+    bool chat;
     press_args pa;
-    memset(&pa, 0, sizeof pa);
     pkv_session_opts so;
-    pkv_session_opts_default(&so);
+} inspect_args;
+
+/* 0: run; 1: help printed; -1: usage error printed */
+static int parse_args(int argc, char **argv, inspect_args *a) {
+    const char *cmd = "inspect", *v;
+    long n;
+    memset(a, 0, sizeof *a);
+    pkv_session_opts_default(&a->so);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             fputs(INSPECT_USAGE, stdout);
-            return 0;
+            return 1;
         }
-        int pr = press_args_parse(&pa, cmd, argc, argv, &i);
-        if (pr < 0) return EXIT_USAGE;
+        int pr = press_args_parse(&a->pa, cmd, argc, argv, &i);
+        if (pr < 0) return -1;
         if (pr > 0) continue;
-        if (!(v = cli_value(cmd, argc, argv, &i))) return EXIT_USAGE;
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = v;
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) prompt = v;
-        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) file = v;
-        else if (!strcmp(f, "--html")) html = v;
-        else if (!strcmp(f, "--clusters")) clusters = v;
+        if (!strcmp(f, "--chat")) {
+            a->chat = true;
+            continue;
+        }
+        if (!(v = cli_value(cmd, argc, argv, &i))) return -1;
+        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model_path = v;
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) a->file = v;
+        else if (!strcmp(f, "-q") || !strcmp(f, "--question")) a->question = v;
+        else if (!strcmp(f, "--system")) a->system = v;
+        else if (!strcmp(f, "--html")) a->html = v;
+        else if (!strcmp(f, "--json")) a->json = v;
+        else if (!strcmp(f, "--clusters")) a->clusters = v;
         else if (!strcmp(f, "--tokens")) {
-            if (!cli_int(cmd, f, v, 0, 1 << 30, &n_show)) return EXIT_USAGE;
+            if (!cli_int(cmd, f, v, 0, 1 << 30, &a->n_show)) return -1;
+        } else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) {
+            if (!cli_int(cmd, f, v, 0, 1 << 20, &a->n_predict)) return -1;
         } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
-            if (!cli_int(cmd, f, v, 1, 1024, &n)) return EXIT_USAGE;
-            so.n_threads = (int)n;
+            if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
+            a->so.n_threads = (int)n;
         } else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) {
-            if (!cli_int(cmd, f, v, 1, 1 << 30, &n)) return EXIT_USAGE;
-            so.n_ctx = (int)n;
+            if (!cli_int(cmd, f, v, 1, 1 << 30, &n)) return -1;
+            a->so.n_ctx = (int)n;
+        } else if (!strcmp(f, "--cache-type")) {
+            if (!cli_cache_type(cmd, v, &a->so.cache_type)) return -1;
         } else {
             cli_error(cmd, "unknown option '%s' (see promptkv inspect --help)", f);
-            return EXIT_USAGE;
+            return -1;
         }
     }
-    if (!model_path || !prompt == !file) {
+    if (!a->model_path || !a->prompt == !a->file) {
         cli_error(cmd, "need -m MODEL and exactly one of -p TEXT or -f FILE");
-        return EXIT_USAGE;
+        return -1;
     }
-    if (!pa.press) {
+    if (!a->pa.press) {
         cli_error(cmd, "choose a press to inspect (--press NAME)");
-        return EXIT_USAGE;
+        return -1;
     }
-    pkv_press_cfg *press = press_args_build(&pa, cmd);
+    if (a->system && !a->chat) {
+        cli_error(cmd, "--system needs --chat");
+        return -1;
+    }
+    if (a->pa.protect_system && !a->chat) {
+        cli_error(cmd, "--protect-system needs --chat");
+        return -1;
+    }
+    if (a->pa.mode && !strcmp(a->pa.mode, "query_agnostic") && !a->question) {
+        cli_error(cmd, "--mode query_agnostic needs a question (-q TEXT) to feed after compression");
+        return -1;
+    }
+    return 0;
+}
+
+/* The rest of the prompt (not compressed), then up to n greedy tokens; their
+ * ids in *out (malloc'd), their count returned; -1 with err set. */
+static int generate(pkv_session *s, const pkv_model *m, const int32_t *rest, int n_rest, int n, int32_t **out,
+                    pkv_error *err) {
+    *out = NULL;
+    if (n_rest > 0 && pkv_prefill(s, rest, n_rest, NULL, NULL, err)) return -1;
+    pkv_sampler_params sp;
+    pkv_sampler_params_default(&sp); /* temperature 0: greedy */
+    pkv_sampler *sampler = pkv_sampler_new(&sp, pkv_n_vocab(m));
+    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
+    if (!sampler || !*out) {
+        pkv_sampler_free(sampler);
+        err->code = PKV_ERR_NOMEM;
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -1;
+    }
+    int k = 0;
+    while (k < n) {
+        int32_t tok = pkv_sample(sampler, pkv_logits(s), err);
+        if (tok < 0) {
+            pkv_sampler_free(sampler);
+            return -1;
+        }
+        if (pkv_token_is_eog(m, tok)) break;
+        (*out)[k++] = tok;
+        if (k < n && pkv_decode(s, tok, err)) {
+            pkv_sampler_free(sampler);
+            return -1;
+        }
+    }
+    pkv_sampler_free(sampler);
+    return k;
+}
+
+static void print_table(const pkv_session *s, const pkv_model *m, const keep_map *km, const int32_t *toks, int n_tok,
+                        const pkv_prefill_stats *ps, const char *desc, long n_show, bool clusters) {
+    printf("press %s on %d prompt tokens: cache %.2f MiB full -> %.2f MiB kept, press %.1f ms\n", desc, n_tok,
+           ps->cache_bytes_full / 1048576.0, ps->cache_bytes / 1048576.0, ps->press_seconds * 1e3);
+    printf("%-7s %-6s %s\n", "layer", "heads", "rows kept per head");
+    for (int f = 0; f < km->n_full; f++) {
+        printf("%-7d %-6d", km->full[f], km->heads[f]);
+        for (int h = 0; h < km->heads[f]; h++) printf(" %d", pkv_session_head_rows(s, km->full[f], h));
+        putchar('\n');
+    }
+    int never = 0, always = 0;
+    for (int t = 0; t < n_tok; t++) {
+        int k = kept_all_layers(km, n_tok, t);
+        never += k == 0;
+        always += k == km->total_heads;
+    }
+    printf("tokens kept by every head: %d; by none: %d; of %d\n", always, never, n_tok);
+    char piece[128];
+    for (int t = 0; t < n_tok && t < n_show && !clusters; t++) {
+        int pl = pkv_token_to_piece(m, toks[t], true, piece, sizeof piece);
+        if (pl > (int)sizeof piece) pl = sizeof piece;
+        printf("%6d %3d/%-3d ", t, kept_all_layers(km, n_tok, t), km->total_heads);
+        for (int k = 0; k < pl && k >= 0; k++) putchar(piece[k] == '\n' ? ' ' : piece[k]);
+        putchar('\n');
+    }
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *cmd = "inspect";
+    inspect_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc > 0 ? 0 : EXIT_USAGE;
+    pkv_press_cfg *press = press_args_build(&a.pa, cmd);
     if (!press) return EXIT_USAGE;
-    cluster_watch cw = {.n_show = n_show, .summary = clusters && !strcmp(clusters, "all")};
+    cluster_watch cw = {.n_show = a.n_show, .summary = a.clusters && !strcmp(a.clusters, "all")};
     int watch_layer = -1, watch_head = -1;
-    if (clusters && !cw.summary) {
+    if (a.clusters && !cw.summary) {
         char tail;
-        if (sscanf(clusters, "%d:%d%c", &watch_layer, &watch_head, &tail) != 2 || watch_layer < 0 || watch_head < 0) {
-            cli_error(cmd, "--clusters expects LAYER:HEAD (e.g. 5:0) or all, got '%s'", clusters);
+        if (sscanf(a.clusters, "%d:%d%c", &watch_layer, &watch_head, &tail) != 2 || watch_layer < 0 ||
+            watch_head < 0) {
+            cli_error(cmd, "--clusters expects LAYER:HEAD (e.g. 5:0) or all, got '%s'", a.clusters);
             pkv_press_cfg_free(press);
             return EXIT_USAGE;
         }
     }
-    if (clusters) {
+    if (a.clusters) {
         pkv_error werr;
-        if (pkv_press_cfg_watch_clusters(press, watch_layer, watch_head, on_clusters, &cw, &werr)) {
+        pkv_press_observer ob = {.layer = watch_layer, .head = watch_head, .clusters = on_clusters, .user = &cw};
+        if (pkv_press_cfg_observe(press, &ob, &werr)) {
             cli_error(cmd, "--clusters: %s", werr.msg);
             pkv_press_cfg_free(press);
             return EXIT_USAGE;
         }
     }
     size_t len = 0;
-    char *text = file ? cli_read_file(cmd, file, &len) : NULL;
-    if (file && !text) {
+    char *text = a.file ? cli_read_file(cmd, a.file, &len) : NULL;
+    if (a.file && !text) {
         pkv_press_cfg_free(press);
         return EXIT_RUNTIME;
     }
-    if (!file) len = strlen(prompt);
-    pkv_model *m = cli_load_model(cmd, model_path, PKV_SIMD_AUTO);
+    pkv_model *m = cli_load_model(cmd, a.model_path, PKV_SIMD_AUTO);
     int rc = EXIT_RUNTIME;
-    int32_t *toks = NULL;
+    pkv_prompt_tokens pt = {0};
     pkv_session *s = NULL;
     keep_map km = {0};
+    int32_t *answer = NULL;
     if (!m) goto done;
     pkv_error err;
-    toks = malloc((len + 16) * sizeof *toks);
-    int n_tok = toks ? pkv_tokenize(m, text ? text : prompt, len, true, true, toks, (int)len + 16, &err) : -1;
-    if (n_tok <= 0) {
-        cli_error(cmd, "%s", n_tok < 0 && toks ? err.msg : "the prompt is empty");
-        goto done;
-    }
-    cw.m = m;
-    cw.toks = toks;
-    cw.n_tok = n_tok;
-    s = pkv_session_new(m, &so, &err);
-    pkv_prefill_stats ps;
-    if (!s || pkv_prefill(s, toks, n_tok, press, &ps, &err)) {
+    pkv_prompt_parts parts = {.system = a.system, .context = text ? text : a.prompt, .question = a.question,
+                              .chat = a.chat};
+    if (pkv_prompt_tokenize(m, &parts, &pt, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if (clusters && !cw.n_views) {
+    /* kvpress's protocol (as promptkv eval): the context, and in query-aware
+     * mode the question, are compressed; the template's tail is fed after */
+    bool agnostic = a.pa.mode && !strcmp(a.pa.mode, "query_agnostic");
+    int n_tok = agnostic ? pt.context_end : pt.question_end;
+    if (n_tok <= 0) {
+        cli_error(cmd, "the prompt is empty");
+        goto done;
+    }
+    if (a.pa.protect_system && pt.system_end > 0 && pkv_press_cfg_add_protect(press, 0, pt.system_end, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    cw.m = m;
+    cw.toks = pt.tokens;
+    cw.n_tok = n_tok;
+    s = pkv_session_new(m, &a.so, &err);
+    pkv_prefill_stats ps;
+    if (!s || pkv_prefill(s, pt.tokens, n_tok, press, &ps, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    if (a.clusters && !cw.n_views) {
         cli_error(cmd, "--clusters %s: no such compressed full-attention layer and head (see the table below)",
-                  clusters);
+                  a.clusters);
         rc = EXIT_USAGE;
     }
     if (build_map(s, n_tok, &km)) {
@@ -339,41 +468,50 @@ int cmd_inspect(int argc, char **argv) {
     }
     char desc[160];
     pkv_press_cfg_describe(press, desc, sizeof desc);
-    printf("press %s on %d prompt tokens: cache %.2f MiB full -> %.2f MiB kept, press %.1f ms\n", desc, n_tok,
-           ps.cache_bytes_full / 1048576.0, ps.cache_bytes / 1048576.0, ps.press_seconds * 1e3);
-    printf("%-7s %-6s %s\n", "layer", "heads", "rows kept per head");
-    for (int f = 0; f < km.n_full; f++) {
-        printf("%-7d %-6d", km.full[f], km.heads[f]);
-        for (int h = 0; h < km.heads[f]; h++) printf(" %d", pkv_session_head_rows(s, km.full[f], h));
-        putchar('\n');
-    }
-    int never = 0, always = 0;
-    for (int t = 0; t < n_tok; t++) {
-        int k = kept_all_layers(&km, n_tok, t);
-        never += k == 0;
-        always += k == km.total_heads;
-    }
-    printf("tokens kept by every head: %d; by none: %d; of %d\n", always, never, n_tok);
-    char piece[128];
-    for (int t = 0; t < n_tok && t < n_show && !clusters; t++) {
-        int pl = pkv_token_to_piece(m, toks[t], true, piece, sizeof piece);
-        if (pl > (int)sizeof piece) pl = sizeof piece;
-        printf("%6d %3d/%-3d ", t, kept_all_layers(&km, n_tok, t), km.total_heads);
-        for (int k = 0; k < pl && k >= 0; k++) putchar(piece[k] == '\n' ? ' ' : piece[k]);
-        putchar('\n');
-    }
-    if (html) {
-        if (write_html(html, m, toks, n_tok, &km, desc)) {
-            cli_error(cmd, "cannot write %s", html);
+    bool json_stdout = a.json && !strcmp(a.json, "-");
+    if (!json_stdout) print_table(s, m, &km, pt.tokens, n_tok, &ps, desc, a.n_show, a.clusters != NULL);
+    int n_answer = 0;
+    if (a.n_predict > 0) {
+        n_answer = generate(s, m, pt.tokens + n_tok, pt.n_tokens - n_tok, (int)a.n_predict, &answer, &err);
+        if (n_answer < 0) {
+            cli_error(cmd, "%s", err.msg);
             goto done;
         }
-        printf("wrote %s\n", html);
+    }
+    if (!json_stdout) {
+        if (answer) {
+            printf("answer (%d tokens, greedy): ", n_answer);
+            char piece[256];
+            for (int i = 0; i < n_answer; i++) {
+                int pl = pkv_token_to_piece(m, answer[i], false, piece, sizeof piece);
+                if (pl > 0) fwrite(piece, 1, pl < (int)sizeof piece ? (size_t)pl : sizeof piece, stdout);
+            }
+            putchar('\n');
+        }
+    }
+    if (a.html) {
+        if (write_html(a.html, m, pt.tokens, n_tok, &km, desc)) {
+            cli_error(cmd, "cannot write %s", a.html);
+            goto done;
+        }
+        if (!json_stdout) printf("wrote %s\n", a.html);
+    }
+    if (a.json) {
+        inspect_report r = {.model = a.model_path, .press = desc, .mode = agnostic ? "query_agnostic" : "query_aware",
+                            .prompt = &pt, .n_compressed = n_tok, .stats = &ps, .answer = answer,
+                            .n_answer = n_answer};
+        if (inspect_write_json(a.json, s, m, &r)) {
+            cli_error(cmd, "cannot write %s", a.json);
+            goto done;
+        }
+        if (!json_stdout) printf("wrote %s\n", a.json);
     }
     if (rc != EXIT_USAGE) rc = 0;
 done:
     free_map(&km);
+    free(answer);
     pkv_session_free(s);
-    free(toks);
+    pkv_prompt_tokens_free(&pt);
     free(text);
     pkv_model_free(m);
     pkv_press_cfg_free(press);

@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "eval/perplexity.h"
 
 static const char PPL_USAGE[] =
     "usage: promptkv perplexity -m MODEL -f FILE [-c N_CTX] [-t THREADS] [--chunks N] [--cache-type f16|f32]\n"

@@ -1,12 +1,13 @@
 /* promptkv run: prompt in, completion streamed out, statistics on stderr. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "args.h"
 #include "commands.h"
+#include "flags.h"
 #include "press_args.h"
 
 static const char RUN_USAGE[] =
@@ -46,27 +47,38 @@ static void on_sigint(int sig) {
     if (g_running) pkv_session_interrupt(g_running);
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct {
-    const char *model_path;
+    cli_engine_args engine;
     const char *prompt;
     const char *prompt_file;
     const char *system;
     const char *question;
     const char *question_file;
     press_args press;
-    long n_predict;
+    int n_predict;
     bool chat;
     bool ignore_eos;
     pkv_session_opts sopts;
     pkv_sampler_params sampling;
-    pkv_simd simd;
 } run_args;
+
+static const cli_flag RUN_FLAGS[] = {
+    {"--prompt", "-p", CLI_TEXT, offsetof(run_args, prompt), 0, 0, NULL},
+    {"--file", "-f", CLI_TEXT, offsetof(run_args, prompt_file), 0, 0, NULL},
+    {"--system", NULL, CLI_TEXT, offsetof(run_args, system), 0, 0, NULL},
+    {"--question", "-q", CLI_TEXT, offsetof(run_args, question), 0, 0, NULL},
+    {"--question-file", NULL, CLI_TEXT, offsetof(run_args, question_file), 0, 0, NULL},
+    {"--n-predict", "-n", CLI_INT, offsetof(run_args, n_predict), 0, 1 << 30, NULL},
+    {"--ctx-size", "-c", CLI_INT, offsetof(run_args, sopts.n_ctx), 1, 1 << 30, NULL},
+    {"--chat", NULL, CLI_TRUE, offsetof(run_args, chat), 0, 0, NULL},
+    {"--ignore-eos", NULL, CLI_TRUE, offsetof(run_args, ignore_eos), 0, 0, NULL},
+    {"--temp", NULL, CLI_FLOAT, offsetof(run_args, sampling.temperature), 0.0, 100.0, NULL},
+    {"--top-k", NULL, CLI_INT, offsetof(run_args, sampling.top_k), 0, 1 << 30, NULL},
+    {"--top-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.top_p), 0.0, 1.0, NULL},
+    {"--min-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.min_p), 0.0, 1.0, NULL},
+    {"--seed", NULL, CLI_U64, offsetof(run_args, sampling.seed), 0, 0, NULL},
+    {NULL, NULL, 0, 0, 0, 0, NULL},
+};
 
 static int parse_args(int argc, char **argv, run_args *a) {
     const char *cmd = "run";
@@ -74,75 +86,13 @@ static int parse_args(int argc, char **argv, run_args *a) {
     a->n_predict = 128;
     pkv_session_opts_default(&a->sopts);
     pkv_sampler_params_default(&a->sampling);
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v;
-        long n;
-        double d;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help") || !strcmp(f, "--help-press")) {
-            fputs(RUN_USAGE, stdout);
-            press_args_usage(stdout);
-            return 1;
-        }
-        int pr = press_args_parse(&a->press, cmd, argc, argv, &i);
-        if (pr < 0) return -1;
-        if (pr > 0) continue;
-#define VALUE() \
-    if (!(v = cli_value(cmd, argc, argv, &i))) return -1
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) { VALUE(); a->model_path = v; }
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) { VALUE(); a->prompt = v; }
-        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) { VALUE(); a->prompt_file = v; }
-        else if (!strcmp(f, "--system")) { VALUE(); a->system = v; }
-        else if (!strcmp(f, "-q") || !strcmp(f, "--question")) { VALUE(); a->question = v; }
-        else if (!strcmp(f, "--question-file")) { VALUE(); a->question_file = v; }
-        else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 0, 1 << 30, &a->n_predict)) return -1;
-        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
-            a->sopts.n_threads = (int)n;
-        } else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1 << 30, &n)) return -1;
-            a->sopts.n_ctx = (int)n;
-        } else if (!strcmp(f, "-b") || !strcmp(f, "--batch")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
-            a->sopts.n_batch = (int)n;
-        } else if (!strcmp(f, "--chat")) a->chat = true;
-        else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = true;
-        else if (!strcmp(f, "--temp")) {
-            VALUE();
-            if (!cli_float(cmd, f, v, 0.0, 100.0, &d)) return -1;
-            a->sampling.temperature = (float)d;
-        } else if (!strcmp(f, "--top-k")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 0, 1 << 30, &n)) return -1;
-            a->sampling.top_k = (int)n;
-        } else if (!strcmp(f, "--top-p")) {
-            VALUE();
-            if (!cli_float(cmd, f, v, 0.0, 1.0, &d)) return -1;
-            a->sampling.top_p = (float)d;
-        } else if (!strcmp(f, "--min-p")) {
-            VALUE();
-            if (!cli_float(cmd, f, v, 0.0, 1.0, &d)) return -1;
-            a->sampling.min_p = (float)d;
-        } else if (!strcmp(f, "--seed")) {
-            VALUE();
-            if (!cli_u64(cmd, f, v, &a->sampling.seed)) return -1;
-        } else if (!strcmp(f, "--cache-type")) {
-            VALUE();
-            if (!cli_cache_type(cmd, v, &a->sopts.cache_type)) return -1;
-        } else if (!strcmp(f, "--simd")) {
-            VALUE();
-            if (!cli_simd(cmd, v, &a->simd)) return -1;
-        } else {
-            cli_error(cmd, "unknown option '%s' (see promptkv run --help)", f);
-            return -1;
-        }
-#undef VALUE
-    }
-    if (!a->model_path) {
+    a->engine.cache_type = a->sopts.cache_type;
+    int rc = cli_parse_command(cmd, RUN_USAGE, true, &a->press, &a->engine, RUN_FLAGS, a, NULL, false, argc, argv);
+    if (rc) return rc;
+    a->sopts.n_threads = a->engine.n_threads;
+    if (a->engine.n_batch) a->sopts.n_batch = a->engine.n_batch;
+    a->sopts.cache_type = a->engine.cache_type;
+    if (!a->engine.model_path) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;
     }
@@ -169,98 +119,21 @@ static int parse_args(int argc, char **argv, run_args *a) {
     return 0;
 }
 
-/* The prompt as token ids: the context part (compressed) and the question
- * part (fed after compression in query_agnostic mode; simply the tail of the
- * prompt otherwise). */
-typedef struct {
-    int32_t *tokens;
-    int n_context;  /* tokens before the question */
-    int n_total;
-    int n_system;   /* tokens of the system prompt's rendering (chat) */
-} prompt_tokens;
-
-static char *read_text_arg(const char *cmd, const char *inline_text, const char *file, size_t *len) {
-    if (file) return cli_read_file(cmd, file, len);
-    if (!inline_text) {
-        *len = 0;
-        return calloc(1, 1);
-    }
-    *len = strlen(inline_text);
-    char *t = malloc(*len + 1);
-    if (t) memcpy(t, inline_text, *len + 1);
-    return t;
+static char *read_text_arg(const char *cmd, const char *inline_text, const char *file) {
+    size_t len;
+    if (file) return cli_read_file(cmd, file, &len);
+    const char *t = inline_text ? inline_text : "";
+    char *copy = malloc(strlen(t) + 1);
+    if (copy) strcpy(copy, t);
+    return copy;
 }
 
-/* Appends the tokens of text[0, len) to pt (grown as needed); -1 on error. */
-static int append_tokens(const char *cmd, pkv_model *model, prompt_tokens *pt, int *cap, const char *text, size_t len,
-                         bool add_special) {
-    pkv_error err;
-    if (pkv_tokenize_append(model, text, len, add_special, true, &pt->tokens, &pt->n_total, cap, &err) < 0) {
-        cli_error(cmd, "%s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int tokenize_prompt(const run_args *a, pkv_model *model, prompt_tokens *pt) {
-    const char *cmd = "run";
-    memset(pt, 0, sizeof *pt);
-    size_t ctx_len, q_len;
-    char *ctx = read_text_arg(cmd, a->prompt, a->prompt_file, &ctx_len);
-    char *question = ctx ? read_text_arg(cmd, a->question, a->question_file, &q_len) : NULL;
-    int cap = 0, rc = -1;
-    char *rendered = NULL;
-    if (!ctx || !question) goto out;
-    if (!a->chat) {
-        if (append_tokens(cmd, model, pt, &cap, ctx, ctx_len, true)) goto out;
-        pt->n_context = pt->n_total;
-        if (q_len && append_tokens(cmd, model, pt, &cap, question, q_len, false)) goto out;
-    } else {
-        /* the user turn holds context + question; the question and everything after
-         * it (end of turn, the assistant header) is the part fed after compression */
-        char *content = malloc(ctx_len + q_len + 1);
-        if (!content) goto out;
-        memcpy(content, ctx, ctx_len);
-        memcpy(content + ctx_len, question, q_len + 1);
-        pkv_chat_message msgs[2];
-        int n_msgs = 0;
-        if (a->system) msgs[n_msgs++] = (pkv_chat_message){"system", a->system};
-        msgs[n_msgs++] = (pkv_chat_message){"user", content};
-        int rcap = (int)(ctx_len + q_len + (a->system ? strlen(a->system) : 0) + 1024);
-        rendered = malloc((size_t)rcap);
-        pkv_error err;
-        int system_end = 0;
-        int rlen = rendered ? pkv_chat_format(model, msgs, n_msgs, rendered, rcap, &system_end, &err) : -1;
-        free(content);
-        if (rlen < 0 || rlen >= rcap) {
-            cli_error(cmd, "%s", rlen < 0 && rendered ? err.msg : "cannot format the chat prompt");
-            goto out;
-        }
-        /* split where the question starts (its last occurrence), else at the end of the context */
-        size_t split = (size_t)rlen;
-        if (q_len) {
-            for (size_t i = (size_t)rlen - q_len + 1; i-- > 0;)
-                if (!memcmp(rendered + i, question, q_len)) {
-                    split = i;
-                    break;
-                }
-        }
-        if (a->press.protect_system && system_end > 0) {
-            if (append_tokens(cmd, model, pt, &cap, rendered, (size_t)system_end, false)) goto out;
-            pt->n_system = pt->n_total;
-            pt->n_total = 0; /* counted only: the whole text is tokenized below */
-        }
-        /* the template already starts with BOS (engine-notes.md §4.6) */
-        if (append_tokens(cmd, model, pt, &cap, rendered, split, false)) goto out;
-        pt->n_context = pt->n_total;
-        if (append_tokens(cmd, model, pt, &cap, rendered + split, (size_t)rlen - split, false)) goto out;
-    }
-    rc = 0;
-out:
-    free(rendered);
-    free(ctx);
-    free(question);
-    return rc;
+/* Streams the completion as it becomes ready; a SIGINT stops it. */
+static bool print_token(void *user, const pkv_token_event *ev) {
+    (void)user;
+    if (ev->text_len) fwrite(ev->text, 1, ev->text_len, stdout);
+    fflush(stdout);
+    return !g_interrupted;
 }
 
 static double mib(uint64_t b) { return b / 1048576.0; }
@@ -288,43 +161,42 @@ int cmd_run(int argc, char **argv) {
 
     pkv_press_cfg *press = press_args_build(&a.press, "run");
     if (!press) return EXIT_USAGE;
-    pkv_model *model = cli_load_model("run", a.model_path, a.simd);
-    if (!model) {
-        pkv_press_cfg_free(press);
-        return EXIT_RUNTIME;
+    pkv_model *model = cli_load_model("run", a.engine.model_path, a.engine.simd);
+    char *context = model ? read_text_arg("run", a.prompt, a.prompt_file) : NULL;
+    char *question = context ? read_text_arg("run", a.question, a.question_file) : NULL;
+    pkv_session *s = NULL;
+    pkv_request_prompt rp = {0};
+    int exit_code = EXIT_RUNTIME;
+    if (!question) goto done;
+
+    /* the whole prompt is pressed in query-aware mode and the user's text may
+     * name control tokens, as llama.cpp's CLI reads a prompt */
+    pkv_request req;
+    pkv_request_init(&req);
+    req.prompt = (pkv_prompt_parts){
+        .system = a.system, .context = context, .question = question, .chat = a.chat, .parse_special = true};
+    req.press = press;
+    req.mode = pkv_press_cfg_mode(press);
+    req.press_whole_prompt = true;
+    req.protect_system = a.press.protect_system;
+    req.sampling = a.sampling;
+    req.max_tokens = (int)a.n_predict;
+    req.ignore_eos = a.ignore_eos;
+    req.on_token = print_token;
+    pkv_error err;
+    if (pkv_request_tokenize(model, &req, &rp, &err)) {
+        cli_error("run", "%s", err.msg);
+        goto done;
     }
-    prompt_tokens pt;
-    if (tokenize_prompt(&a, model, &pt)) {
-        free(pt.tokens);
-        pkv_press_cfg_free(press);
-        pkv_model_free(model);
-        return EXIT_RUNTIME;
-    }
-    int32_t *prompt = pt.tokens;
-    int n_prompt = pt.n_total;
+    int n_prompt = rp.prompt.n_tokens;
     if (n_prompt == 0) {
         cli_error("run", "the prompt is empty");
-        free(prompt);
-        pkv_press_cfg_free(press);
-        pkv_model_free(model);
-        return EXIT_USAGE;
+        exit_code = EXIT_USAGE;
+        goto done;
     }
-    pkv_error perr;
-    if (pt.n_system > 0 && pkv_press_cfg_add_protect(press, 0, pt.n_system, &perr)) {
-        cli_error("run", "%s", perr.msg);
-        free(prompt);
-        pkv_press_cfg_free(press);
-        pkv_model_free(model);
-        return EXIT_USAGE;
-    }
-    bool agnostic = a.press.mode && !strcmp(a.press.mode, "query_agnostic");
-    pkv_error err;
-    pkv_session *s = pkv_session_new(model, &a.sopts, &err);
-    pkv_sampler *sampler = s ? pkv_sampler_new(&a.sampling, pkv_n_vocab(model)) : NULL;
-    int exit_code = 0;
-    if (!s || !sampler) {
-        cli_error("run", "%s", s ? "out of memory" : err.msg);
-        exit_code = EXIT_RUNTIME;
+    s = pkv_session_new(model, &a.sopts, &err);
+    if (!s) {
+        cli_error("run", "%s", err.msg);
         goto done;
     }
 
@@ -333,65 +205,51 @@ int cmd_run(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     g_running = s;
 
-    /* query-agnostic: compress the context alone, then feed the question uncompressed */
-    int n_first = agnostic ? pt.n_context : n_prompt;
-    pkv_prefill_stats ps, ps_q = {0};
-    if (pkv_prefill(s, prompt, n_first, press, &ps, &err) ||
-        (n_first < n_prompt && pkv_prefill(s, prompt + n_first, n_prompt - n_first, NULL, &ps_q, &err))) {
+    pkv_request_stats st = {0};
+    int run_rc = pkv_request_run(s, &req, &rp, &st, &err);
+    if (run_rc && !st.prefilled) {
         cli_error("run", "%s", err.msg);
         exit_code = err.code == PKV_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
         goto done;
     }
-    ps.prefill_seconds += ps_q.prefill_seconds;
-    int n_gen = 0;
-    double t_decode = 0.0;
-    char piece[256];
-    for (;;) {
-        int32_t tok = pkv_sample(sampler, pkv_logits(s), &err);
-        if (tok < 0) {
-            fputc('\n', stdout);
+    exit_code = 0;
+    if (run_rc) {
+        /* the generation stopped midway: what it printed stands, and the statistics follow */
+        if (err.code != PKV_ERR_INTERRUPTED) {
             cli_error("run", "%s", err.msg);
             exit_code = EXIT_RUNTIME;
-            break;
         }
-        if (!a.ignore_eos && pkv_token_is_eog(model, tok)) break;
-        int plen = pkv_token_to_piece(model, tok, false, piece, sizeof piece);
-        if (plen > 0) fwrite(piece, 1, (size_t)plen, stdout);
-        fflush(stdout);
-        n_gen++;
-        if (n_gen >= a.n_predict || g_interrupted) break;
-        double t0 = now_seconds();
-        if (pkv_decode(s, tok, &err)) {
-            if (err.code == PKV_ERR_LIMIT) {
-                fprintf(stderr, "\nstopped: %s\n", err.msg);
-            } else if (err.code != PKV_ERR_INTERRUPTED) {
-                cli_error("run", "%s", err.msg);
-                exit_code = EXIT_RUNTIME;
-            }
-            break;
-        }
-        t_decode += now_seconds() - t0;
+    } else if (st.finish == PKV_FINISH_CONTEXT) {
+        fprintf(stderr, "\nstopped: %s\n", err.msg);
     }
     fputc('\n', stdout);
     fflush(stdout);
     if (g_interrupted) exit_code = EXIT_INTERRUPTED;
 
-    int n_decoded = n_gen > 0 ? n_gen - 1 : 0; /* the first token comes from the prefill's logits */
+    const pkv_prefill_stats *ps = &st.press;
+    double prefill_seconds = ps->prefill_seconds + st.rest_seconds;
+    int n_gen = st.n_generated, n_decoded = st.n_decoded;
+    double t_decode = st.decode_seconds;
+    /* the tokens before the question (the template's head included) */
+    int n_context = question[0] ? rp.prompt.context_end : n_prompt;
+    bool agnostic = req.mode == PKV_MODE_QUERY_AGNOSTIC;
     char desc[160];
     pkv_press_cfg_describe(press, desc, sizeof desc);
     fprintf(stderr, "prompt tokens:   %d", n_prompt);
-    if (pt.n_context < n_prompt) fprintf(stderr, " (context %d + question %d)", pt.n_context, n_prompt - pt.n_context);
+    if (n_context < n_prompt) fprintf(stderr, " (context %d + question %d)", n_context, n_prompt - n_context);
     fputc('\n', stderr);
-    fprintf(stderr, "press:           %s%s\n", desc, ps.compressed ? (agnostic ? ", query-agnostic" : ", query-aware") : "");
-    fprintf(stderr, "prefill:         %.3f s, %.1f tok/s\n", ps.prefill_seconds,
-            n_prompt / (ps.prefill_seconds > 0 ? ps.prefill_seconds : 1e-9));
-    if (ps.compressed) {
-        fprintf(stderr, "press time:      %.1f ms (%.2f%% of prefill)\n", ps.press_seconds * 1e3,
-                100.0 * ps.press_seconds / (ps.prefill_seconds > 0 ? ps.prefill_seconds : 1e-9));
+    fprintf(stderr, "press:           %s%s\n", desc, ps->compressed ? (agnostic ? ", query-agnostic" : ", query-aware") : "");
+    fprintf(stderr, "prefill:         %.3f s, %.1f tok/s\n", prefill_seconds,
+            n_prompt / (prefill_seconds > 0 ? prefill_seconds : 1e-9));
+    if (ps->compressed) {
+        fprintf(stderr, "press time:      %.1f ms (%.2f%% of prefill)\n", ps->press_seconds * 1e3,
+                100.0 * ps->press_seconds / (prefill_seconds > 0 ? prefill_seconds : 1e-9));
         fprintf(stderr, "kv cache:        %.2f MiB full -> %.2f MiB kept after the prompt (%.1fx smaller)\n",
-                mib(ps.cache_bytes_full), mib(ps.cache_bytes),
-                ps.cache_bytes ? (double)ps.cache_bytes_full / ps.cache_bytes : 0.0);
-        print_rows_per_layer(s, n_first);
+                mib(ps->cache_bytes_full), mib(ps->cache_bytes),
+                ps->cache_bytes ? (double)ps->cache_bytes_full / ps->cache_bytes : 0.0);
+        print_rows_per_layer(s, rp.n_compressed);
+    } else {
+        fprintf(stderr, "kv cache:        %.2f MiB after the prompt (no press)\n", mib(ps->cache_bytes));
     }
     fprintf(stderr, "decode:          %d tokens, %.1f tok/s (%.2f ms/token)\n", n_gen,
             n_decoded > 0 ? n_decoded / t_decode : 0.0, n_decoded > 0 ? 1e3 * t_decode / n_decoded : 0.0);
@@ -399,9 +257,10 @@ int cmd_run(int argc, char **argv) {
             (unsigned long long)pkv_session_cache_bytes(s));
 done:
     g_running = NULL;
-    pkv_sampler_free(sampler);
+    pkv_request_prompt_free(&rp);
     pkv_session_free(s);
-    free(prompt);
+    free(context);
+    free(question);
     pkv_press_cfg_free(press);
     pkv_model_free(model);
     return exit_code;

@@ -1,10 +1,12 @@
 /* promptkv serve: the OpenAI-compatible HTTP server (src/server/). */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "args.h"
 #include "commands.h"
+#include "flags.h"
 #include "press_args.h"
 #include "server/server.h"
 
@@ -42,96 +44,59 @@ static const char SERVE_USAGE[] =
     "  -h, --help              this help (and --help-press for every press and its options)\n";
 
 typedef struct {
-    const char *model_path;
+    cli_engine_args engine;
     const char *alias;
     pkv_server_opts opts;
     press_args press;
-    pkv_simd simd;
 } serve_args;
+
+static bool positive_size(const char *cmd, const char *flag, const char *text, const void *field) {
+    if (*(const uint64_t *)field > 0) return true;
+    cli_error(cmd, "%s must be more than 0", flag);
+    return false;
+}
+
+static bool body_size(const char *cmd, const char *flag, const char *text, const void *field) {
+    uint64_t size = *(const uint64_t *)field;
+    if (size >= 1024 && size <= ((uint64_t)1 << 30)) return true;
+    cli_error(cmd, "%s must be in [1K, 1G], got '%s'", flag, text);
+    return false;
+}
+
+#define OPT(field) offsetof(serve_args, opts.field)
+static const cli_flag SERVE_FLAGS[] = {
+    {"--host", NULL, CLI_TEXT, OPT(host), 0, 0, NULL},
+    {"--alias", NULL, CLI_TEXT, offsetof(serve_args, alias), 0, 0, NULL},
+    {"--port", NULL, CLI_INT, OPT(port), 0, 65535, NULL},
+    {"--slots", NULL, CLI_INT, OPT(n_slots), 1, 256, NULL},
+    {"--ctx-size", "-c", CLI_INT, OPT(n_ctx), 1, 1 << 30, NULL},
+    {"--queue", NULL, CLI_INT, OPT(queue_cap), 1, 1 << 20, NULL},
+    {"--max-tokens", NULL, CLI_INT, OPT(max_tokens), 1, 1 << 30, NULL},
+    {"--default-max-tokens", NULL, CLI_INT, OPT(default_max_tokens), 1, 1 << 30, NULL},
+    {"--max-connections", NULL, CLI_INT, OPT(max_connections), 1, 1 << 16, NULL},
+    {"--queue-timeout", NULL, CLI_DOUBLE, OPT(queue_timeout), 0.1, 86400.0, NULL},
+    {"--body-timeout", NULL, CLI_DOUBLE, OPT(body_timeout), 0.1, 86400.0, NULL},
+    {"--drain-timeout", NULL, CLI_DOUBLE, OPT(drain_timeout), 0.1, 86400.0, NULL},
+    {"--timeout", NULL, CLI_UINT, OPT(idle_timeout), 1, 86400, NULL},
+    {"--kv-mem", NULL, CLI_SIZE, OPT(kv_mem), 0, 0, positive_size},
+    {"--max-body", NULL, CLI_SIZE, OPT(max_body), 0, 0, body_size},
+    {"--quiet", NULL, CLI_FALSE, OPT(log_requests), 0, 0, NULL},
+    {NULL, NULL, 0, 0, 0, 0, NULL},
+};
+#undef OPT
 
 static int parse_args(int argc, char **argv, serve_args *a) {
     const char *cmd = "serve";
     memset(a, 0, sizeof *a);
     pkv_server_opts_default(&a->opts);
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v;
-        long n;
-        double d;
-        uint64_t size;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help") || !strcmp(f, "--help-press")) {
-            fputs(SERVE_USAGE, stdout);
-            press_args_usage(stdout);
-            return 1;
-        }
-        int pr = press_args_parse(&a->press, cmd, argc, argv, &i);
-        if (pr < 0) return -1;
-        if (pr > 0) continue;
-#define VALUE() \
-    if (!(v = cli_value(cmd, argc, argv, &i))) return -1
-#define INT_FLAG(field, lo, hi)                          \
-    do {                                                 \
-        VALUE();                                         \
-        if (!cli_int(cmd, f, v, lo, hi, &n)) return -1;  \
-        a->opts.field = (int)n;                          \
-    } while (0)
-#define SECONDS_FLAG(field)                                    \
-    do {                                                       \
-        VALUE();                                               \
-        if (!cli_float(cmd, f, v, 0.1, 86400.0, &d)) return -1; \
-        a->opts.field = d;                                     \
-    } while (0)
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) { VALUE(); a->model_path = v; }
-        else if (!strcmp(f, "--host")) { VALUE(); a->opts.host = v; }
-        else if (!strcmp(f, "--alias")) { VALUE(); a->alias = v; }
-        else if (!strcmp(f, "--port")) INT_FLAG(port, 0, 65535);
-        else if (!strcmp(f, "--slots")) INT_FLAG(n_slots, 1, 256);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) INT_FLAG(threads_per_slot, 1, 1024);
-        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) INT_FLAG(n_ctx, 1, 1 << 30);
-        else if (!strcmp(f, "-b") || !strcmp(f, "--batch")) INT_FLAG(n_batch, 1, 1 << 20);
-        else if (!strcmp(f, "--queue")) INT_FLAG(queue_cap, 1, 1 << 20);
-        else if (!strcmp(f, "--max-tokens")) INT_FLAG(max_tokens, 1, 1 << 30);
-        else if (!strcmp(f, "--default-max-tokens")) INT_FLAG(default_max_tokens, 1, 1 << 30);
-        else if (!strcmp(f, "--max-connections")) INT_FLAG(max_connections, 1, 1 << 16);
-        else if (!strcmp(f, "--queue-timeout")) SECONDS_FLAG(queue_timeout);
-        else if (!strcmp(f, "--body-timeout")) SECONDS_FLAG(body_timeout);
-        else if (!strcmp(f, "--drain-timeout")) SECONDS_FLAG(drain_timeout);
-        else if (!strcmp(f, "--timeout")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 86400, &n)) return -1;
-            a->opts.idle_timeout = (unsigned)n;
-        } else if (!strcmp(f, "--kv-mem")) {
-            VALUE();
-            if (!cli_size(cmd, f, v, &size)) return -1;
-            if (size == 0) {
-                cli_error(cmd, "--kv-mem must be more than 0");
-                return -1;
-            }
-            a->opts.kv_mem = size;
-        } else if (!strcmp(f, "--max-body")) {
-            VALUE();
-            if (!cli_size(cmd, f, v, &size)) return -1;
-            if (size < 1024 || size > ((uint64_t)1 << 30)) {
-                cli_error(cmd, "--max-body must be in [1K, 1G], got '%s'", v);
-                return -1;
-            }
-            a->opts.max_body = (size_t)size;
-        } else if (!strcmp(f, "--cache-type")) {
-            VALUE();
-            if (!cli_cache_type(cmd, v, &a->opts.cache_type)) return -1;
-        } else if (!strcmp(f, "--simd")) {
-            VALUE();
-            if (!cli_simd(cmd, v, &a->simd)) return -1;
-        } else if (!strcmp(f, "--quiet")) {
-            a->opts.log_requests = false;
-        } else {
-            cli_error(cmd, "unknown option '%s' (see promptkv serve --help)", f);
-            return -1;
-        }
-#undef SECONDS_FLAG
-#undef INT_FLAG
-#undef VALUE
-    }
-    if (!a->model_path) {
+    a->engine.cache_type = a->opts.cache_type;
+    int rc = cli_parse_command(cmd, SERVE_USAGE, true, &a->press, &a->engine, SERVE_FLAGS, a, NULL, false, argc,
+                               argv);
+    if (rc) return rc;
+    if (a->engine.n_threads) a->opts.threads_per_slot = a->engine.n_threads;
+    if (a->engine.n_batch) a->opts.n_batch = a->engine.n_batch;
+    a->opts.cache_type = a->engine.cache_type;
+    if (!a->engine.model_path) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;
     }
@@ -162,10 +127,10 @@ int cmd_serve(int argc, char **argv) {
     a.opts.protect_system = a.press.protect_system;
 
     char model_id[256];
-    cli_model_id(a.model_path, model_id, sizeof model_id);
+    cli_model_id(a.engine.model_path, model_id, sizeof model_id);
     a.opts.model_id = a.alias ? a.alias : model_id;
 
-    pkv_model *model = cli_load_model("serve", a.model_path, a.simd);
+    pkv_model *model = cli_load_model("serve", a.engine.model_path, a.engine.simd);
     if (!model) return EXIT_RUNTIME;
     pkv_model_info info;
     pkv_model_get_info(model, &info);

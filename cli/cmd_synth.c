@@ -1,11 +1,11 @@
 /* promptkv synth: a random-weight GGUF with the exact shape of a real model
- * (src/synth.h), to measure speed on real shapes. */
+ * (src/model/synth.h), to measure speed on real shapes. */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "args.h"
+#include "base/clock.h"
 #include "commands.h"
 #include "model/synth.h"
 
@@ -113,13 +113,11 @@ int cmd_synth(int argc, char **argv) {
     }
     fprintf(stderr, "synth: %s (%s shape), %s weights, %.2f GiB of tensors -> %s\n", shape->name, shape->source,
             pkv_type_get(o.type)->name, pkv_synth_tensor_bytes(shape, o.type) / 1073741824.0, out);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = pkv_now_seconds();
     if (pkv_synth_write(shape, &o, out, &err)) {
         cli_error(cmd, "%s", err.msg);
         return EXIT_RUNTIME;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    fprintf(stderr, "synth: wrote %s in %.1f s\n", out, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    fprintf(stderr, "synth: wrote %s in %.1f s\n", out, pkv_now_seconds() - t0);
     return 0;
 }

@@ -5,16 +5,16 @@
 
 #include "args.h"
 
-/* --flag -> press option key (common options and SnapKV's) */
+/* --flag -> press option key (common options and SnapKV's), and the value's name in the help */
 static const struct {
-    const char *flag, *key;
+    const char *flag, *key, *value;
 } FLAG_KEYS[] = {
-    {"--budget", "budget"},         {"--ratio", "ratio"},
-    {"--window", "window"},         {"--kernel", "kernel"},
-    {"--pool", "pool"},             {"--granularity", "granularity"},
-    {"--group-agg", "group_agg"},   {"--mode", "mode"},
-    {"--protect", "protect"},       {"--layer-budget", "layer_budget"},
-    {"--head-budget", "head_budget"}, {"--press-seed", "seed"},
+    {"--budget", "budget", "C"},         {"--ratio", "ratio", "r"},
+    {"--window", "window", "W"},         {"--kernel", "kernel", "K"},
+    {"--pool", "pool", "P"},             {"--granularity", "granularity", "G"},
+    {"--group-agg", "group_agg", "A"},   {"--mode", "mode", "M"},
+    {"--protect", "protect", "B:E"},     {"--layer-budget", "layer_budget", "L"},
+    {"--head-budget", "head_budget", "H"}, {"--press-seed", "seed", "S"},
 };
 
 int press_args_parse(press_args *pa, const char *cmd, int argc, char **argv, int *i) {
@@ -98,26 +98,30 @@ pkv_press_cfg *press_args_build(const press_args *pa, const char *cmd) {
     return cfg;
 }
 
+/* The help of a press option (NULL press: the common ones first). */
+static const char *option_help(const char *press, const char *key) {
+    const char *k, *help;
+    for (int i = 0; pkv_press_option_list(press, i, &k, &help); i++)
+        if (!strcmp(k, key)) return help;
+    return NULL;
+}
+
 void press_args_usage(FILE *out) {
     fputs("\ncompression (after the prompt is read, each full-attention layer's cache is cut to a budget):\n"
           "      --press NAME       ",
           out);
     const char *name, *summary;
     for (int i = 0; pkv_press_list(i, &name, &summary); i++) fprintf(out, "%s%s", i ? ", " : "", name);
-    fputs(" (default none)\n"
-          "      --budget C         rows kept per KV head per layer, window included\n"
-          "      --ratio r          fraction removed, in [0, 1): keep floor(L * (1 - r))\n"
-          "      --window W         observation window (default 32)\n"
-          "      --kernel K         snapkv pooling kernel, odd (default 7)\n"
-          "      --pool avg|max     snapkv pooling (default max)\n"
-          "      --granularity G    snapkv: kv_head (default) | query_head\n"
-          "      --group-agg A      snapkv kv_head votes: mean (default) | max | sum\n"
-          "      --mode M           query_aware (default) | query_agnostic (with --question) | recompress\n"
-          "      --protect B:E      token positions [B, E) no press may evict (repeatable)\n"
-          "      --protect-system   with --chat: protect the system prompt\n"
-          "      --layer-budget L   uniform (default) | pyramid\n"
-          "      --head-budget H    uniform (default) | adaptive\n"
-          "      --press-seed S     seed of seeded presses\n"
+    fputs(" (default none)\n", out);
+    /* the flags for options, with the registry's help (snapkv's own flags are its options) */
+    for (size_t k = 0; k < sizeof FLAG_KEYS / sizeof FLAG_KEYS[0]; k++) {
+        const char *help = option_help(NULL, FLAG_KEYS[k].key);
+        if (!help) help = option_help("snapkv", FLAG_KEYS[k].key);
+        char flag[48];
+        snprintf(flag, sizeof flag, "%s %s", FLAG_KEYS[k].flag, FLAG_KEYS[k].value);
+        fprintf(out, "      %-18s %s\n", flag, help ? help : "");
+    }
+    fputs("      --protect-system   with --chat: protect the system prompt\n"
           "      --press-opt K=V    any option of the press; also --<press>-<option> V\n",
           out);
     for (int i = 1; pkv_press_list(i, &name, &summary); i++) {

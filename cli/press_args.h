@@ -9,7 +9,7 @@
 
 enum { PRESS_ARGS_MAX_OPTS = 64 };
 
-typedef struct {
+typedef struct press_args {
     const char *press;                      /* NULL: none */
     char keys[PRESS_ARGS_MAX_OPTS][64];     /* option key/value pairs in flag order */
     const char *values[PRESS_ARGS_MAX_OPTS];

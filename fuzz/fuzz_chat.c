@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "promptkv.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
 
 #define REQUIRE(cond)                  \

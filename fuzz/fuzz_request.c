@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/textout.h"
 #include "promptkv.h"
 #include "server/prompt.h"
 #include "server/request.h"
 #include "server/response.h"
-#include "server/textout.h"
 
 #define REQUIRE(cond)                \
     do {                             \
@@ -64,8 +64,8 @@ static void require_json(char *text, bool sse) {
  * once (a stream says what the whole response says). */
 static void check_textout(const char *const *stop, int n_stop, const char *bytes, size_t len, const uint8_t *cuts,
                           size_t n_cuts) {
-    srv_textout t;
-    srv_textout_init(&t, stop, n_stop);
+    pkv_textout t;
+    pkv_textout_init(&t, stop, n_stop);
     char *chunks = malloc(3 * len + 1), *whole = malloc(3 * len + 1);
     REQUIRE(chunks && whole);
     size_t n_taken = 0, n_chunks = 0, off = 0;
@@ -73,16 +73,16 @@ static void check_textout(const char *const *stop, int n_stop, const char *bytes
     for (size_t c = 0; off < len && !t.stopped; c++) {
         size_t piece = n_cuts ? (size_t)(cuts[c % n_cuts] % 8) + 1 : 3;
         if (piece > len - off) piece = len - off;
-        REQUIRE(srv_textout_append(&t, bytes + off, piece) == 0);
+        REQUIRE(pkv_textout_append(&t, bytes + off, piece) == 0);
         off += piece;
         REQUIRE(t.ready <= t.len && t.ready >= n_taken);
-        if (t.ready > n_taken) n_chunks += srv_utf8_sanitize(t.text + n_taken, t.ready - n_taken, chunks + n_chunks);
+        if (t.ready > n_taken) n_chunks += pkv_utf8_repair(t.text + n_taken, t.ready - n_taken, chunks + n_chunks);
         n_taken = t.ready;
     }
-    srv_textout_finish(&t);
+    pkv_textout_finish(&t);
     REQUIRE(t.ready == t.len && n_taken <= t.len);
-    if (t.len > n_taken) n_chunks += srv_utf8_sanitize(t.text + n_taken, t.len - n_taken, chunks + n_chunks);
-    size_t n_whole = srv_utf8_sanitize(t.text ? t.text : "", t.len, whole);
+    if (t.len > n_taken) n_chunks += pkv_utf8_repair(t.text + n_taken, t.len - n_taken, chunks + n_chunks);
+    size_t n_whole = pkv_utf8_repair(t.text ? t.text : "", t.len, whole);
     REQUIRE(n_whole == n_chunks && !memcmp(whole, chunks, n_whole));
     for (int i = 0; i < n_stop; i++) REQUIRE(!t.len || !memmem(t.text, t.len, stop[i], strlen(stop[i])));
     if (!t.stopped) REQUIRE(t.len == len && (len == 0 || !memcmp(t.text, bytes, len)));
@@ -99,23 +99,25 @@ static void check_textout(const char *const *stop, int n_stop, const char *bytes
     require_json(srv_chunk_event(&meta, t.text ? t.text : "", t.len, true, NULL, true), true);
     meta.endpoint = SRV_COMPLETION;
     require_json(srv_chunk_event(&meta, t.text ? t.text : "", t.len, false, "length", false), true);
-    srv_textout_free(&t);
+    pkv_textout_free(&t);
 }
 
 static void check_prepared(const srv_limits *lim, const srv_request *req, const srv_prepared *p) {
-    REQUIRE(p->n_tokens > 0 && p->n_tokens < lim->n_ctx);
-    REQUIRE(p->n_first > 0 && p->n_first <= p->n_tokens);
-    REQUIRE(p->n_system >= 0 && p->n_system <= p->n_tokens + 2);
-    REQUIRE(p->max_tokens >= 1 && p->max_tokens <= lim->max_tokens && p->n_tokens + p->max_tokens <= lim->n_ctx);
-    REQUIRE(p->press != NULL && p->cache_bytes_max > 0);
+    const pkv_prompt_tokens *t = &p->prompt.prompt;
+    REQUIRE(t->n_tokens > 0 && t->n_tokens < lim->n_ctx);
+    REQUIRE(p->prompt.n_compressed > 0 && p->prompt.n_compressed <= t->n_tokens);
+    REQUIRE(p->prompt.n_protected >= 0 && p->prompt.n_protected <= t->n_tokens);
+    REQUIRE(p->req.max_tokens >= 1 && p->req.max_tokens <= lim->max_tokens &&
+            t->n_tokens + p->req.max_tokens <= lim->n_ctx);
+    REQUIRE(p->press != NULL && p->req.press == p->press && p->cache_bytes_max > 0);
     int n_vocab = pkv_n_vocab(g_model);
-    for (int i = 0; i < p->n_tokens; i++) REQUIRE(p->tokens[i] >= 0 && p->tokens[i] < n_vocab);
+    for (int i = 0; i < t->n_tokens; i++) REQUIRE(t->tokens[i] >= 0 && t->tokens[i] < n_vocab);
     /* the prompt's own text through the output path, with the request's stop strings */
-    char *text = malloc((size_t)p->n_tokens * 64 + 1);
+    char *text = malloc((size_t)t->n_tokens * 64 + 1);
     REQUIRE(text != NULL);
     size_t len = 0;
-    for (int i = 0; i < p->n_tokens; i++) {
-        int n = pkv_token_to_piece(g_model, p->tokens[i], true, text + len, 64);
+    for (int i = 0; i < t->n_tokens; i++) {
+        int n = pkv_token_to_piece(g_model, t->tokens[i], true, text + len, 64);
         REQUIRE(n >= 0 && n <= 64);
         len += (size_t)n;
     }

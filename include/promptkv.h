@@ -134,6 +134,9 @@ int pkv_token_to_piece(const pkv_model *model, int32_t token, bool render_specia
 
 int32_t pkv_token_bos(const pkv_model *model);
 int32_t pkv_token_eos(const pkv_model *model);
+/* True when pkv_tokenize with add_special puts BOS first (the GGUF's
+ * tokenizer.ggml.add_bos_token, or the tokenizer family's default). */
+bool pkv_token_add_bos(const pkv_model *model);
 /* True for any end-of-generation token: EOS, end-of-turn, and so on. */
 bool pkv_token_is_eog(const pkv_model *model, int32_t token);
 int pkv_n_vocab(const pkv_model *model);
@@ -165,13 +168,25 @@ bool pkv_model_has_chat_template(const pkv_model *model);
  * query-aware mode, the answer prefix never. With chat set, the model's chat
  * template renders [system,] user = context + question and the assistant's
  * generation prompt; the template's text after the question (end of turn,
- * assistant header) goes with the answer prefix. */
+ * assistant header) goes with the answer prefix. A template that trims the
+ * user's content (Gemma, Llama 3) trims the context's start and the
+ * question's end here too. */
 typedef struct {
     const char *system;        /* NULL: none (chat only; ChatML then renders its default system prompt) */
     const char *context;
     const char *question;      /* NULL or "": none */
     const char *answer_prefix; /* NULL or "": none */
     bool chat;
+    /* Chat only, instead of system, context and question: a whole
+     * conversation. Its last user message is the question; everything
+     * rendered before it is context (its own text empty), everything after
+     * it goes with the answer prefix. */
+    const pkv_chat_message *messages;
+    int n_messages;
+    /* The user's texts may name control tokens ("<|im_end|>" becomes that
+     * token), as llama.cpp reads a raw prompt; unset, they stay text. The
+     * template's own text always names them. */
+    bool parse_special;
 } pkv_prompt_parts;
 
 /* The tokens of a prompt and where its segments end: [0, system_end) the
@@ -221,41 +236,28 @@ int pkv_press_cfg_check(const pkv_press_cfg *cfg, pkv_error *err);
 /* "snapkv budget=1024 window=32" */
 int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len);
 
+/* When the press runs on a request's prompt (pkv_request.mode). */
+typedef enum {
+    PKV_MODE_QUERY_AWARE = 0, /* on the context and the question */
+    PKV_MODE_QUERY_AGNOSTIC,  /* on the context alone; the question is fed after it, uncompressed */
+    PKV_MODE_RECOMPRESS       /* as query-aware, and again on every later prefill of the session */
+} pkv_mode;
+
+/* The press's "mode" option (query_aware when NULL). */
+pkv_mode pkv_press_cfg_mode(const pkv_press_cfg *cfg);
+
+/* False for "none" (and NULL): the full cache is kept. */
+bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg);
+/* The observation window, and whether the press reads attention sums: what a
+ * session must keep (keep_press_window, keep_attn_sums) for pkv_session_copy
+ * to run this press on a copy. 0 and false for "none". */
+int pkv_press_cfg_window(const pkv_press_cfg *cfg);
+bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg);
+
 /* The registry, for help texts: i = 0, 1, ... until false. */
 bool pkv_press_list(int i, const char **name, const char **summary);
 /* Options of a press (the common ones first); press may be NULL. */
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help);
-
-/* What ProtoKV decided for one KV head of one layer (promptkv inspect
- * --clusters). Rows are the head's rows before the press, ascending position;
- * the first n_prefix are scored, the rest is the observation window. Pointers
- * live only during the callback. */
-typedef struct {
-    int layer, head;
-    int n_rows, n_prefix;
-    const int32_t *pos;           /* [n_rows] original positions */
-    const double *theta;          /* [n_prefix] outlier degree (standardised local deviation) */
-    const int32_t *sat_bucket;    /* [n_prefix] LSH bucket of a SAT candidate, -1 for the others */
-    const int32_t *cluster;       /* [n_prefix] cluster the row joined */
-    int n_clusters;               /* clusters [0, n_sat_clusters) grew from SAT prototypes, the rest from chunks */
-    int n_sat_clusters;
-    const int32_t *cluster_size;  /* [n_clusters] rows that joined */
-    const double *cluster_score;  /* [n_clusters] psi */
-    const int8_t *cluster_kept;   /* [n_clusters] 2 kept whole, 1 partly (overflow fill), 0 evicted */
-    const bool *row_kept;         /* [n_rows] */
-    /* Do the SAT candidates cluster? Mean cosine among them and between them
-     * and the other prefix rows; the same for an equally large seeded random
-     * subset (the control). Gamma = intra / inter. */
-    double sat_intra, sat_inter, rand_intra, rand_inter;
-} pkv_cluster_view;
-
-typedef void (*pkv_cluster_view_fn)(void *user, const pkv_cluster_view *view);
-
-/* Calls fn with the press's clusters of KV head `head` of layer `layer` (-1:
- * every full layer / every head) each time it runs; only for presses that
- * form clusters (protokv), an error otherwise. fn = NULL stops watching. */
-int pkv_press_cfg_watch_clusters(pkv_press_cfg *cfg, int layer, int head, pkv_cluster_view_fn fn, void *user,
-                                 pkv_error *err);
 
 /* ---------------------------------------------------------------- session */
 
@@ -272,7 +274,7 @@ typedef struct {
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
     pkv_cache_type cache_type;
     uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
-    /* One prefill, many presses (evaluation.md §5): keep, for every
+    /* One prefill, many presses (docs/evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of
      * each prefill (and per-row attention sums for h2o), so pkv_session_copy
      * can compress a copy of the cache with any press afterwards. */
@@ -351,24 +353,6 @@ int pkv_session_positions(const pkv_session *session, int layer, int head, int32
  * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */
 void pkv_session_interrupt(pkv_session *session);
 
-/* ---------------------------------------------------------------- perplexity */
-
-/* llama.cpp's llama-perplexity method: tokens (already tokenized with BOS)
- * are cut into chunks of n_ctx; each chunk runs from an empty cache with its
- * first token replaced by BOS (when the model adds one), and the second half
- * of each chunk is scored. Needs at least 2 x n_ctx tokens. progress (may be
- * NULL) is called after each chunk with the running perplexity. */
-typedef struct {
-    double ppl;
-    double ppl_err;  /* llama-perplexity's +/- estimate */
-    int n_chunks;
-    long n_scored;
-} pkv_ppl_result;
-
-int pkv_perplexity(pkv_session *session, const int32_t *tokens, int n_tokens, int n_ctx, int max_chunks,
-                   void (*progress)(void *user, int chunk, double ppl), void *user, pkv_ppl_result *out,
-                   pkv_error *err);
-
 /* ---------------------------------------------------------------- sampling */
 
 typedef struct {
@@ -391,6 +375,167 @@ void pkv_sampler_free(pkv_sampler *sampler);
  * finite logit returns -1 with PKV_ERR_NUMERIC, "non-finite logits at step
  * N" (N counts the tokens this sampler has drawn, from 0). */
 int32_t pkv_sample(pkv_sampler *sampler, const float *logits, pkv_error *err);
+
+/* The greedy choice under the sampler's total order (NaN below every number,
+ * then -inf < finite < +inf; ties: the lower id), or -1 when no logit is
+ * finite (a step with nothing to choose from: NaN and infinities only). */
+int32_t pkv_logits_argmax(const float *logits, int n);
+
+/* ---------------------------------------------------------------- requests */
+
+/* A request: a prompt, how to compress it and how to generate from it. The
+ * protocol (prompt assembly, the prefill the mode asks for, the decode loop
+ * with sampling, stop strings, end of generation and streaming) is run by
+ * the library; promptkv run, serve and eval are callers of it. */
+
+typedef enum {
+    PKV_FINISH_NONE = 0,   /* not finished */
+    PKV_FINISH_END,        /* an end-of-generation token */
+    PKV_FINISH_STOP,       /* a stop string, or the end of the first line (stop_at_newline) */
+    PKV_FINISH_LENGTH,     /* max_tokens generated */
+    PKV_FINISH_CONTEXT,    /* the session's context is full (the reason is in err) */
+    PKV_FINISH_CALLER      /* the token callback asked to stop */
+} pkv_finish;
+
+/* One step of a generation, for the callback. A token event carries the
+ * sampled token and the logits it was sampled from; the generation's last
+ * event has done set (it is the last token's own event, or one with token
+ * -1 when the generation ended between tokens). text is what may be shown
+ * now: the generated text is cut before a stop string, and bytes that could
+ * still begin one, or that end in a cut UTF-8 character, wait for the next
+ * event (the last event releases everything). */
+typedef struct {
+    int index;            /* 0, 1, ... over token events */
+    int32_t token;        /* -1: no token */
+    const float *logits;  /* NULL without a token */
+    bool end_of_generation;
+    const char *text;     /* not NUL-terminated; valid during the call */
+    size_t text_len;
+    bool done;
+    pkv_finish finish;    /* with done */
+} pkv_token_event;
+
+/* Returns false to stop the generation (PKV_FINISH_CALLER). */
+typedef bool (*pkv_token_fn)(void *user, const pkv_token_event *event);
+
+typedef struct pkv_request_stats pkv_request_stats;
+/* Called by pkv_request_run once the whole prompt is in the cache, before
+ * the first token is sampled; stats holds the prefill's fields. */
+typedef void (*pkv_prefilled_fn)(void *user, const pkv_request_stats *stats);
+
+typedef struct {
+    /* The prompt: its parts (pkv_prompt_parts), or token ids when tokens is
+     * not NULL (then compressed whole, whatever the mode). */
+    pkv_prompt_parts prompt;
+    const int32_t *tokens;
+    int n_tokens;
+
+    const pkv_press_cfg *press; /* NULL or "none": the full cache */
+    pkv_mode mode;
+    /* Query-aware mode: the press runs on the context and the question, and
+     * the template's tail (end of turn, assistant header) and the answer
+     * prefix are fed after it (kvpress's protocol); with press_whole_prompt
+     * on every token of the prompt (SnapKV's code compresses the prompt as a
+     * whole). */
+    bool press_whole_prompt;
+    bool protect_system;        /* chat: the system prompt's rendering is kept whole */
+
+    pkv_sampler_params sampling;
+    int max_tokens;             /* tokens to generate at most (the first is always generated) */
+    const char *const *stop;    /* stop strings: the text ends before the first that appears */
+    int n_stop;
+    bool stop_at_newline;       /* stop at the first newline once the text has more than spaces */
+    bool ignore_eos;            /* end-of-generation tokens are ordinary tokens */
+    pkv_token_fn on_token;      /* may be NULL */
+    pkv_prefilled_fn on_prefilled; /* may be NULL */
+    void *user;                 /* for on_token and on_prefilled */
+} pkv_request;
+
+/* Query-aware, greedy, 128 tokens, nothing else set. */
+void pkv_request_init(pkv_request *req);
+
+/* A request's prompt as the library feeds it. */
+typedef struct {
+    pkv_prompt_tokens prompt; /* tokens and segments (token ids: one context segment) */
+    int n_compressed;         /* tokens [0, n_compressed) are prefilled with the press, the rest after it */
+    int n_protected;          /* protect_system: the system prompt's tokens, [0, n_protected) */
+} pkv_request_prompt;
+
+int pkv_request_tokenize(const pkv_model *model, const pkv_request *req, pkv_request_prompt *out, pkv_error *err);
+void pkv_request_prompt_free(pkv_request_prompt *prompt);
+
+/* What the cache will hold, from the same budget code the press runs
+ * (layer and head schedules, the observation window, protected rows). */
+typedef struct {
+    int64_t rows_kept;      /* rows of the full-attention layers (all heads) once the prompt is read */
+    int64_t rows_full;      /* the same without compression */
+    uint64_t row_bytes;     /* bytes of one row of one head: key, value, position */
+    /* The most the cache holds at any moment of the request: during the
+     * prefill (the layers pressed so far, the current one whole) or at the
+     * end (max_tokens generated); sliding-window layers at their window plus
+     * a prefill chunk. What to admit a request against. */
+    uint64_t bytes_peak;
+} pkv_cache_estimate;
+
+int pkv_request_estimate(const pkv_model *model, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session_opts *opts, pkv_cache_estimate *out, pkv_error *err);
+
+struct pkv_request_stats {
+    int n_prompt;
+    int n_compressed;
+    pkv_prefill_stats press;  /* the part prefilled (or copied) with the press */
+    double rest_seconds;      /* prefill of the tokens fed after the press */
+    int n_generated;          /* tokens generated, an end-of-generation token not counted */
+    int n_decoded;            /* of them, run through the model */
+    double decode_seconds;
+    pkv_finish finish;
+    bool prefilled;           /* the whole prompt is in the cache: a failure came in the generation */
+};
+
+/* Runs a request on a session from its current state (empty, or earlier
+ * turns: the press then runs only in recompress mode): tokenize (unless
+ * prompt, pkv_request_tokenize's result for this request, is given),
+ * prefill as the mode says, generate. err holds the reason of a
+ * PKV_FINISH_CONTEXT too. */
+int pkv_request_run(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                    pkv_request_stats *stats, pkv_error *err);
+
+/* The phases of pkv_request_run, for callers that reuse a state. The
+ * compressed part: prefilled with the press, or, when from is not NULL,
+ * taken from it: from holds that part already, prefilled without a press and
+ * keeping the press's window (one prefill, many presses), or compressed
+ * before (a stored context; press NULL then), and session becomes its copy,
+ * pressed. */
+int pkv_request_prefill_compressed(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                                   const pkv_session *from, pkv_request_stats *stats, pkv_error *err);
+/* The rest of the prompt, fed after the press. */
+int pkv_request_prefill_rest(pkv_session *session, const pkv_request_prompt *prompt, pkv_request_stats *stats,
+                             pkv_error *err);
+
+/* Generation from a session's logits, one token per step. Several
+ * generations (on different sessions) are stepped together: a later batched
+ * decode steps them in one forward pass. */
+typedef struct pkv_generation pkv_generation;
+
+pkv_generation *pkv_generation_new(pkv_session *session, const pkv_request *req, pkv_error *err);
+void pkv_generation_free(pkv_generation *gen);
+/* One token for each unfinished generation of gens[0, n): sample, call back,
+ * run the token through the model unless that ended it. Returns how many are
+ * still running, or -1 when one failed (err; it is finished, the others are
+ * stepped). */
+int pkv_generation_step(pkv_generation *const *gens, int n, pkv_error *err);
+bool pkv_generation_done(const pkv_generation *gen);
+/* The generated text so far (cut before a stop string). */
+const char *pkv_generation_text(const pkv_generation *gen, size_t *len);
+/* Fills the generation fields of stats (n_generated, n_decoded, decode_seconds, finish). */
+void pkv_generation_stats(const pkv_generation *gen, pkv_request_stats *stats);
+/* Copies s[0, len) to out (capacity 3 * len + 1 suffices), replacing every
+ * invalid or incomplete UTF-8 sequence with U+FFFD (for outputs that must be
+ * valid UTF-8, such as JSON); NUL-terminates; returns the length written. */
+size_t pkv_utf8_repair(const char *s, size_t len, char *out);
+
+/* Runs a generation to its end. */
+int pkv_generate(pkv_session *session, const pkv_request *req, pkv_request_stats *stats, pkv_error *err);
 
 #ifdef __cplusplus
 }

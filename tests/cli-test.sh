@@ -142,6 +142,24 @@ expect_out inspect_rows 'layer +heads +rows kept per head' -- "$bin" inspect -m 
     -p "$(head -c 600 tests/data/english.txt)" -c 512 --press snapkv --budget 24 --window 8 --html "$tmp/inspect.html"
 expect_out inspect_html_counts 'kept by [0-9]+ of 4 heads' -- cat "$tmp/inspect.html"
 expect inspect_needs_press 2 "choose a press" -- "$bin" inspect -m "$tiny" -p hi
+# --json: the prompt's ids and segments, per layer and KV head the kept positions (ascending, all
+# below the compressed length, the budget of them), and the greedy answer
+"$bin" inspect -m "$tiny" -p "$(head -c 600 tests/data/english.txt)" -q " Who kept the light?" -c 512 \
+    --press snapkv --budget 24 --window 8 --mode query_agnostic -n 4 --json "$tmp/inspect.json" > /dev/null 2>&1
+expect_out inspect_json '^ok 2 layers' -- python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["mode"] == "query_agnostic" and r["n_compressed"] == r["context_end"] < r["n_tokens"] == len(r["tokens"])
+for layer in r["layers"]:
+    assert len(layer["heads"]) == 2
+    for kept in layer["heads"]:
+        assert len(kept) == 24 and kept == sorted(set(kept)) and 0 <= kept[0] and kept[-1] < r["n_compressed"]
+        assert kept[-8:] == list(range(r["n_compressed"] - 8, r["n_compressed"]))  # the window
+assert len(r["answer"]["tokens"]) == 4 and isinstance(r["answer"]["text"], str)
+print("ok", len(r["layers"]), "layers")' "$tmp/inspect.json"
+expect_out inspect_json_stdout '"layers": \[' -- "$bin" inspect -m "$tiny" -p "$(head -c 300 tests/data/english.txt)" \
+    -c 512 --press streamingllm --budget 16 --json -
+expect inspect_system_needs_chat 2 "needs --chat" -- "$bin" inspect -m "$tiny" -p hi --system x --press knorm --budget 4
 
 # bench and synth
 expect_out help_bench 'usage: promptkv bench' -- "$bin" bench --help
@@ -170,6 +188,17 @@ expect synth_unknown_shape 2 "unknown shape 'llama-9b'" -- "$bin" synth llama-9b
 expect synth_bad_type 2 '--type must be one of' -- "$bin" synth llama-3.2-1b --type q3_z -o "$tmp/x.gguf"
 expect synth_no_output 2 'need a SHAPE and -o FILE' -- "$bin" synth llama-3.2-1b
 expect synth_unwritable 1 'cannot create' -- "$bin" synth qwen2.5-0.5b --type f32 -o "$tmp/no/such/dir/x.gguf"
+# the demo of make run, on tiny models (its table, whatever they answer): an instruct layout with every layer
+# pressed, and a base-model layout on a model with sliding-window layers
+demo() {
+    local model=$1
+    shift
+    env THREADS=2 PARAGRAPHS=4 BUDGET=48 "$@" tools/demo.sh "$bin" "$model"
+}
+expect_out demo_every_layer '^streamingllm \(baseline\) .* [0-9.]+ MiB +[0-9.]+ MiB \([0-9.]+x\) +[0-9.]+ ms' -- \
+    demo tests/fixtures/models/tiny-qwen2-f32.gguf
+expect_out demo_sliding_layers 'full attention \(pressed\): 1 of 6; the other 5 are' -- \
+    demo tests/fixtures/models/tiny-gemma3-f32.gguf CHAT=off
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

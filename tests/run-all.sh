@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test suite and ends with one line "N passed, N failed" (the sum).
 #   1. unit tests under ASan + UBSan (everything but the real-model tests)
-#   2. all tests in the optimised build, real-model tests included
+#   2. all tests in the optimised build, real-model tests included (but the manual_ ones:
+#      they need the 1.5B model, make test-qwen1.5b)
 #   3. command-line tests (exit codes and messages on bad input), and every metadata
 #      mutation of the fixture models through the ASan + UBSan CLI (tests/mutate-test.sh)
 #   4. the HTTP server with the OpenAI client (tests/server-test.sh)
 #   5. promptkv eval on a tiny model: smoke, kill -9 + resume, MPI when build/mpi/promptkv exists
+#   6. the layout's rules on the sources: includes run down the layers, no file over 800 lines
 # Run from the repository root after `make tests model`.
 set -u
 BUILD=${BUILD:-build}
@@ -43,12 +45,13 @@ run_suite() {
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-run_suite "unit (asan+ubsan)" "$BUILD/san/test_runner" --exclude real_ --exclude slow_
-run_suite "all (optimised)" "$BUILD/test_runner"
+run_suite "unit (asan+ubsan)" "$BUILD/san/test_runner" --exclude real_ --exclude slow_ --exclude manual_
+run_suite "all (optimised)" "$BUILD/test_runner" --exclude manual_
 run_suite "cli" tests/cli-test.sh "$BUILD/promptkv"
 run_suite "mutated models (asan+ubsan)" tests/mutate-test.sh "$BUILD/san/promptkv" "$BUILD/gguf-edit"
 run_suite "server" tests/server-test.sh "$BUILD/promptkv"
 run_suite "eval smoke" tests/eval-smoke.sh "$BUILD/promptkv" "$BUILD/mpi/promptkv"
+run_suite "layers" tests/layers-test.sh
 
 if [ ${#failed_suites[@]} -gt 0 ]; then
     echo "failing suites: ${failed_suites[*]}"

@@ -1,5 +1,5 @@
 /*
- * Tests for the tiled attention (src/attention.c) and its block kernels
+ * Tests for the tiled attention (src/cache/attention.c) and its block kernels
  * (att_stage, att_scores, att_accum in quant.h).
  *
  * The reference is the definition evaluated naively in double: for each
@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/attention.h"
-#include "kernels/cpu.h"
-#include "kernels/f16.h"
-#include "cache/kvcache.h"
 #include "base/prng.h"
-#include "test.h"
 #include "base/threads.h"
+#include "cache/attention.h"
+#include "cache/kvcache.h"
+#include "kernels/f16.h"
+#include "kernels/levels.h"
+#include "test.h"
 
 static float rng_sym(uint64_t *s) { return (float)((pkv_splitmix64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
 

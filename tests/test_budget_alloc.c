@@ -1,5 +1,5 @@
 /*
- * Budget allocation (algorithms.md A.13): PyramidKV's layer schedule and
+ * Budget allocation (docs/presses.md A.13): PyramidKV's layer schedule and
  * AdaKV's head schedule against figures produced by the original code
  * (KVCache-Factory PyramidKVCluster / AdaKVCluster, kvpress 0.5.5
  * PyramidKVPress; tests/fixtures/protokv/README.md), and, through the engine,

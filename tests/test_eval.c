@@ -434,7 +434,7 @@ TEST(eval_cwe_counts) {
 }
 
 TEST(eval_fwe_zipf_counts) {
-    /* evaluation.md §1.6: at N = 1000 ranks 1-4 appear 607, 151, 67, 37 times */
+    /* docs/evaluation.md §1.6: at N = 1000 ranks 1-4 appear 607, 151, 67, 37 times */
     pkv_eval_item it;
     REQUIRE(build("fwe", 4096, 0, 1000, 0, -1, &it) == 0);
     REQUIRE(it.n_gold == 3);

@@ -3,7 +3,7 @@
  * generators must produce exactly the text, gold answers and answer spans
  * that tools/eval-golden.py computes. That script is an independent Python
  * implementation of the documented PRNG (src/eval/rng.h) and of the
- * construction rules of evaluation.md §1-2 (RULER's list-insert semantics,
+ * construction rules of docs/evaluation.md §1-2 (RULER's list-insert semantics,
  * " ".join of sentence groups, ...); the table below is its --c output.
  */
 #include <string.h>

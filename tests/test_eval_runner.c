@@ -1,6 +1,6 @@
 /*
  * The evaluation on tiny fixture models: the compression invariants of
- * evaluation.md §5.1 through the one-prefill-many-presses path the harness
+ * docs/evaluation.md §5.1 through the one-prefill-many-presses path the harness
  * uses (pkv_session_copy), the needle positions, the agreement and NLL
  * metrics against direct recomputation, a sweep that is stopped and resumed,
  * and the summary on hand-made result lines.

@@ -1,5 +1,5 @@
 /*
- * GGUF reader/writer tests (engine-notes.md §1).
+ * GGUF reader/writer tests (docs/engine.md §1).
  *
  * Independent references: two files written by gguf-py 0.19.0 (the Python
  * GGUF library that ships with llama.cpp) are embedded below. The reader must

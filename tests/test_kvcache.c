@@ -1,5 +1,5 @@
 /*
- * The KV cache's storage (src/kvcache.c): rows keep their K, V and position
+ * The KV cache's storage (src/cache/kvcache.c): rows keep their K, V and position
  * through every resize — growth while a prompt is appended, the shrink after
  * a press, growth again while decoding, the window trim, copies — checked
  * against values computed from each row's position (f32 cache: exact).
@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "kernels/cpu.h"
 #include "cache/kvcache.h"
+#include "kernels/levels.h"
 #include "test.h"
 
 enum { DK = 24, DV = 40, HEADS = 3 };

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/state.h"
 #include "model/model.h"
-#include "engine/session.h"
 #include "test.h"
 
 typedef struct {

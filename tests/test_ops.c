@@ -1,7 +1,7 @@
 /*
- * Tests for the batched matmul kernels (src/gemm*.c), the matmul driver and
- * elementwise ops (src/ops.c), the exp/GELU/SiLU kernels and the thread pool
- * (src/threads.c).
+ * Tests for the batched matmul kernels (src/kernels/gemm*.c), the matmul
+ * driver and elementwise ops (src/kernels/ops.c), the exp/GELU/SiLU kernels
+ * (src/kernels/vec*.c) and the thread pool (src/base/threads.c).
  *
  * References: the batched kernels must reproduce the single-row fused dot
  * products (quant.h vec_dot, themselves tested against the formulas in
@@ -17,13 +17,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cpu.h"
-#include "kernels/f16.h"
-#include "kernels/ops.h"
 #include "base/prng.h"
+#include "base/threads.h"
+#include "kernels/f16.h"
+#include "kernels/levels.h"
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "test.h"
-#include "base/threads.h"
 
 /* ------------------------------------------------------------------ utilities */
 
@@ -458,7 +458,7 @@ TEST(ops_rmsnorm_and_rope_against_double) {
         const double s = 1.0 / sqrt(ss / N + 1e-6);
         for (int i = 0; i < N; i++) CHECK_NEAR(y[r * N + i], x[r * N + i] * s * w[i], 1e-6 * fabs(x[r * N + i] * s) + 1e-7);
     }
-    /* RoPE (engine-notes.md §5.1) at large positions: the angle, reduced in
+    /* RoPE (docs/engine.md §5.1) at large positions: the angle, reduced in
      * double, keeps its phase */
     const int hd = 64;
     float v[2 * 64], orig[2 * 64], inv[32];

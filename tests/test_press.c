@@ -1,5 +1,5 @@
 /*
- * Press tests: the hand-checkable SnapKV examples of algorithms.md A.14, the
+ * Press tests: the hand-checkable SnapKV examples of docs/presses.md A.14, the
  * edge cases of A.7, and the framework's invariants (window and protected
  * rows always kept, exact budgets, ties to the lower position).
  */
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/press.h"
 #include "press/snapkv.h"
 #include "test.h"
 
@@ -316,4 +316,36 @@ TEST(press_topk_invariants) {
         pkv_arena_reset(&e.arena);
     }
     pkv_arena_free(&e.arena);
+}
+
+/* Options as data: every option of every press (the common ones included)
+ * refuses a value that is not one, naming the press and the key; budget and
+ * ratio replace each other. */
+TEST(press_options_tables) {
+    pkv_error err;
+    const char *name, *summary;
+    for (int i = 1; pkv_press_list(i, &name, &summary); i++) {
+        pkv_press_cfg *cfg = pkv_press_cfg_new(name, &err);
+        REQUIRE(cfg);
+        const char *key, *help;
+        for (int k = 0; pkv_press_option_list(name, k, &key, &help); k++) {
+            CHECK_MSG(help && help[0], "%s %s has no help", name, key);
+            int rc = pkv_press_cfg_set(cfg, key, "@@", &err);
+            CHECK_MSG(rc == -1 && err.code == PKV_ERR_ARG && strstr(err.msg, key), "%s %s: '%s'", name, key, err.msg);
+        }
+        REQUIRE(pkv_press_cfg_set(cfg, "budget", "64", &err) == 0);
+        REQUIRE(pkv_press_cfg_set(cfg, "ratio", "0.5", &err) == 0);
+        char desc[160];
+        pkv_press_cfg_describe(cfg, desc, sizeof desc);
+        CHECK_MSG(strstr(desc, "ratio=0.5") && !strstr(desc, "budget="), "%s: %s", name, desc);
+        pkv_press_cfg_free(cfg);
+    }
+    /* a choice names its values */
+    pkv_press_cfg *cfg = pkv_press_cfg_new("snapkv", &err);
+    REQUIRE(cfg);
+    CHECK(pkv_press_cfg_set(cfg, "pool", "min", &err) == -1 && strstr(err.msg, "avg | max"));
+    CHECK(pkv_press_cfg_set(cfg, "pool", "avg", &err) == 0);
+    CHECK(pkv_press_cfg_set(cfg, "mode", "sometimes", &err) == -1 &&
+          strstr(err.msg, "query_aware | query_agnostic | recompress"));
+    pkv_press_cfg_free(cfg);
 }

@@ -1,14 +1,14 @@
 /*
  * Presses inside the engine, on the tiny fixture models: the compression
- * invariants of evaluation.md §5.1 (budget >= L is bit-identical to the full
+ * invariants of docs/evaluation.md §5.1 (budget >= L is bit-identical to the full
  * cache, kept counts are exactly the budget, the window and protected spans
  * survive, original positions are kept, results do not depend on threads).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "promptkv.h"
 #include "press_fixtures.h"
+#include "promptkv.h"
 #include "test.h"
 
 static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";
@@ -184,7 +184,8 @@ TEST(press_engine_thread_invariant) {
     pkv_model_free(m);
 }
 
-/* Sliding-window layers are not pressed (D.6); full layers are. */
+/* Sliding-window layers are not pressed (D.6); full layers are. The full
+ * cache's size is what a run without the press holds. */
 TEST(press_engine_gemma_sliding_layers_untouched) {
     pkv_error err;
     pkv_model *m = pkv_model_load(GEMMA, NULL, &err);
@@ -192,7 +193,12 @@ TEST(press_engine_gemma_sliding_layers_untouched) {
     const char *opts[] = {"budget", "20", "window", "4", NULL};
     pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = NULL;
-    REQUIRE(run_press(m, cfg, 80, 0, 2, NULL, NULL, &s));
+    pkv_prefill_stats ps, ps_none;
+    REQUIRE(run_press(m, NULL, 80, 0, 2, NULL, &ps_none, NULL));
+    CHECK_EQ_INT(ps_none.cache_bytes_full, ps_none.cache_bytes);
+    REQUIRE(run_press(m, cfg, 80, 0, 2, NULL, &ps, &s));
+    CHECK_EQ_INT(ps.cache_bytes_full, ps_none.cache_bytes);
+    CHECK(ps.cache_bytes < ps.cache_bytes_full);
     for (int l = 0; l < pkv_session_n_layers(s); l++) {
         int rows = pkv_session_head_rows(s, l, 0);
         if (pkv_session_layer_is_full(s, l)) CHECK_EQ_INT(rows, 20);
@@ -412,7 +418,7 @@ TEST(press_engine_interrupt_then_reset) {
 /* After a press, the next tokens (a query-agnostic question, a new turn) go
  * through a multi-token prefill over the ragged, compressed cache. That must
  * be the same computation as feeding them one decode step at a time over the
- * same kept rows (evaluation.md §0.1): only float summation order differs. */
+ * same kept rows (docs/evaluation.md §0.1): only float summation order differs. */
 TEST(press_engine_prefill_after_press_equals_decode_steps) {
     const char *models[] = {LLAMA, GEMMA};
     for (int mi = 0; mi < 2; mi++) {

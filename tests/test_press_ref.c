@@ -1,6 +1,6 @@
 /*
  * Presses against independent references (tests/fixtures/press/README.md):
- * kept sets of an official-semantics SnapKV written from algorithms.md Part A
+ * kept sets of an official-semantics SnapKV written from docs/presses.md Part A
  * (tools/snapkv_reference.py) and of kvpress 0.5.5's presses, on tensors
  * dumped from tiny HF models. Checked twice: on the dumped tensors directly,
  * and end to end through the engine on the matching GGUF files.

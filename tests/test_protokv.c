@@ -1,5 +1,5 @@
 /*
- * ProtoKV (algorithms.md B.0): invariants on constructed keys (planted SATs are
+ * ProtoKV (docs/presses.md B.0): invariants on constructed keys (planted SATs are
  * found and hashed together, blocked assignment = brute force, exact budgets,
  * determinism, the window kept), and the kept sets, SAT candidates, buckets
  * and clusters of the brute-force numpy reference tools/protokv_reference.py
@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/observer.h"
+#include "press/press.h"
 #include "press/protokv.h"
 #include "press_fixtures.h"
 #include "test.h"
@@ -163,7 +164,7 @@ TEST(protokv_planted_sats_found) {
     pkv_press_cfg *cfg = protokv_cfg((const char *[]){"budget", "64", "window", "8", "m", "8", "v", "20", NULL});
     REQUIRE(cfg);
     pkv_error err;
-    REQUIRE(pkv_press_cfg_watch_clusters(cfg, -1, -1, on_view, &seen, &err) == 0);
+    REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = &seen}, &err) == 0);
     pkv_press_selection sel;
     if (run_press(cfg, &e, &sel)) {
         CHECK_EQ_INT(seen.n_views, 1);
@@ -189,7 +190,7 @@ TEST(protokv_planted_sats_share_bucket) {
             protokv_cfg((const char *[]){"budget", "64", "window", "8", "m", "8", "r", "3", "v", "20", "seed", s, NULL});
         REQUIRE(cfg);
         pkv_error err;
-        REQUIRE(pkv_press_cfg_watch_clusters(cfg, 0, 0, on_view, &seen, &err) == 0);
+        REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = 0, .head = 0, .clusters = on_view, .user = &seen}, &err) == 0);
         pkv_press_selection sel;
         if (run_press(cfg, &e, &sel) && seen.n_sat[0] == 8) {
             int bucket_a = -1, bucket_b = -1;
@@ -294,7 +295,7 @@ TEST(protokv_short_prefix) {
         REQUIRE(cfg);
         seen_clusters seen = {0};
         pkv_error err;
-        REQUIRE(pkv_press_cfg_watch_clusters(cfg, -1, -1, on_view, &seen, &err) == 0);
+        REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = &seen}, &err) == 0);
         pkv_press_selection sel;
         if (run_press(cfg, &e, &sel))
             for (int g = 0; g < 2; g++) {
@@ -382,7 +383,7 @@ TEST(protokv_options) {
     pkv_press_cfg_free(cfg);
     cfg = pkv_press_cfg_new("snapkv", &err);
     REQUIRE(cfg);
-    CHECK(pkv_press_cfg_watch_clusters(cfg, 0, 0, on_view, NULL, &err) != 0);
+    CHECK(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = 0, .head = 0, .clusters = on_view}, &err) != 0);
     pkv_press_cfg_free(cfg);
 }
 
@@ -474,7 +475,7 @@ static void check_case(const press_dump *d, ref_case *c, match_counts *mc) {
         seen_clusters *seen = calloc(1, sizeof *seen);
         pkv_arena arena = {0};
         pkv_error err;
-        pkv_press_cfg_watch_clusters(c->cfg, -1, -1, on_view, seen, &err);
+        pkv_press_cfg_observe(c->cfg, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = seen}, &err);
         float *q = malloc((size_t)d->n_head * w * d->head_dim * sizeof(float));
         int32_t qpos[64], positions[512];
         for (int h = 0; h < d->n_head; h++)
@@ -674,7 +675,7 @@ TEST(protokv_chunk_and_local_assignment) {
         (const char *[]){"budget", "64", "window", "8", "m", "0", "chunk", "10", "assign", "local", "reach", "0", NULL});
     REQUIRE(cfg);
     pkv_error err;
-    REQUIRE(pkv_press_cfg_watch_clusters(cfg, 0, 0, on_view, &seen, &err) == 0);
+    REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = 0, .head = 0, .clusters = on_view, .user = &seen}, &err) == 0);
     pkv_press_selection sel;
     if (run_press(cfg, &e, &sel)) {
         CHECK_EQ_INT(seen.n_sat_clusters[0], 0);
@@ -691,7 +692,7 @@ TEST(protokv_chunk_and_local_assignment) {
     seen = (seen_clusters){0};
     cfg = protokv_cfg((const char *[]){"budget", "64", "window", "8", "m", "8", "chunk", "10", "assign", "local", NULL});
     REQUIRE(cfg);
-    REQUIRE(pkv_press_cfg_watch_clusters(cfg, 0, 0, on_view, &seen, &err) == 0);
+    REQUIRE(pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = 0, .head = 0, .clusters = on_view, .user = &seen}, &err) == 0);
     if (run_press(cfg, &e, &sel)) {
         CHECK(seen.cluster[0][GROUP_A[0]] < seen.n_sat_clusters[0]);
         CHECK_EQ_INT(seen.cluster[0][GROUP_A[0]], seen.cluster[0][GROUP_A[4]]);

@@ -1,9 +1,9 @@
 /*
  * Tests for the weight types, dequantisation, activation quantisation, fused
- * dot products, float helpers and CPU dispatch (src/quant.c, quant_avx2.c,
- * quant_avx512.c, cpu.c).
+ * dot products, float helpers and CPU dispatch (src/kernels/: quant*.c,
+ * vec*.c, cpu.c).
  *
- * The reference here is written independently from engine-notes.md §2: it
+ * The reference here is written independently from docs/engine.md §2: it
  * reads raw block bytes at the documented offsets and computes one element
  * at a time from its index (not the chunked loops of quant.c), decodes fp16
  * with ldexp, and computes dot products in double. Hand-computed literals
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/f16.h"
 #include "base/prng.h"
+#include "kernels/f16.h"
 #include "kernels/quant.h"
 #include "test.h"
 
@@ -47,7 +47,7 @@ static float rdf32(const uint8_t *p) {
     return f;
 }
 
-/* Q4_K/Q5_K 6-bit scale and min of sub-block j (engine-notes.md §2.2). */
+/* Q4_K/Q5_K 6-bit scale and min of sub-block j (docs/engine.md §2.2). */
 static void ref_k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
         *sc = s[j] & 63;
@@ -223,7 +223,7 @@ static void check_dequant_row(int type, const void *row, int64_t n, const char *
 /* ------------------------------------------------------------------ type table and dispatch */
 
 TEST(quant_type_table_sizes_and_flags) {
-    /* engine-notes.md §1.3 */
+    /* docs/engine.md §1.3 */
     static const struct {
         uint32_t id;
         const char *name;
@@ -261,7 +261,7 @@ TEST(quant_type_table_sizes_and_flags) {
         const pkv_type_info *t = pkv_type_get(id);
         if (t) CHECK_MSG(t->block_elems > 0 && t->block_bytes > 0, "id %u sizes", id);
     }
-    /* activation formats, engine-notes.md §2.3 (F32 activations for float weights: our choice) */
+    /* activation formats, docs/engine.md §2.3 (F32 activations for float weights: our choice) */
     CHECK_EQ_INT(pkv_type_get(PKV_TYPE_Q4_0)->act_type, PKV_TYPE_Q8_0);
     CHECK_EQ_INT(pkv_type_get(PKV_TYPE_Q5_0)->act_type, PKV_TYPE_Q8_0);
     CHECK_EQ_INT(pkv_type_get(PKV_TYPE_Q8_0)->act_type, PKV_TYPE_Q8_0);
@@ -533,7 +533,7 @@ TEST(quant_dequant_q5_fifth_bit_every_position) {
     }
 }
 
-/* Pack 8 six-bit scales and mins per the words of engine-notes.md §2.2. */
+/* Pack 8 six-bit scales and mins per the words of docs/engine.md §2.2. */
 static void pack_k_scales_from_words(const int sc[8], const int m[8], uint8_t s[12]) {
     for (int j = 0; j < 4; j++) {
         s[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
@@ -788,7 +788,7 @@ static float ref_min_part(int type, const uint8_t *b, int j) {
 /* sum_i w_i * a_i in double from the independent dequantisation, with
  * *mag = sum |w_i a_i| + 2 |min part_i a_i|. For Q?_1 the kernel uses the
  * activation's stored s = fp16(d_a * sum qa) in place of d_a * sum qa
- * (engine-notes.md §2.3), so the reference does too. */
+ * (docs/engine.md §2.3), so the reference does too. */
 static double ref_dot(int wtype, const uint8_t *w, int atype, const uint8_t *a, int64_t n, double *mag) {
     double sum = 0, m = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/f16.h"
 #include "format/gguf.h"
+#include "kernels/f16.h"
 #include "model/synth.h"
 #include "test.h"
 
@@ -87,7 +87,7 @@ TEST(synth_tiny_llama_loads_with_exact_tensors) {
     pkv_session_free(s);
     pkv_model_free(m);
 
-    /* types and shapes, straight from the file (engine-notes.md §1.6) */
+    /* types and shapes, straight from the file (docs/engine.md §1.6) */
     gguf_file f;
     REQUIRE_MSG(gguf_open(&f, path, &err) == 0, "%s", err.msg);
     CHECK(has_shape(tensor(&f, "token_embd.weight"), PKV_TYPE_Q8_0, 64, 300));
@@ -330,7 +330,7 @@ static bool str_key(const gguf_file *f, const char *key, const char *want) {
     return gguf_get_str(f, key, &v, &err) == 0 && v.len == strlen(want) && !memcmp(v.ptr, want, v.len);
 }
 
-/* The metadata llama.cpp reads (engine-notes.md §1.5), written from the shape:
+/* The metadata llama.cpp reads (docs/engine.md §1.5), written from the shape:
  * a Mistral-like GQA shape with its own theta and eps, shrunk to test size. */
 TEST(synth_writes_the_hyperparameter_keys) {
     pkv_synth_shape s = TINY_LLAMA;

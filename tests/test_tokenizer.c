@@ -1,5 +1,5 @@
 /*
- * Tokenizer tests (engine-notes.md §4). Expected values come from:
+ * Tokenizer tests (docs/engine.md §4). Expected values come from:
  *   - hand derivations from the algorithm in §4.2-§4.4 (small vocabularies
  *     built in memory; each case says why the answer is what it is);
  *   - the .ref files in tests/fixtures/tokenizer, written by tools/make-tokenizer-fixtures.py
@@ -11,8 +11,11 @@
 #include <string.h>
 
 #include "test.h"
-#include "text/vocab.h"
+#include "text/chat.h"
+#include "text/tok_bpe.h"
+#include "text/tokenizer.h"
 #include "text/unicode.h"
+#include "text/vocab.h"
 
 /* ---------------------------------------------------------------- fixture reading */
 
@@ -1036,6 +1039,36 @@ TEST(real_tok_gemma3_vs_llamacpp) {
     unload_vocab(&v);
 }
 
+/* ---------------------------------------------------------------- real models (Qwen2.5-Coder Instruct) */
+
+/* llama.cpp's llama-tokenize output for qwen2.5-coder.inp (the qwen2
+ * pre-tokenizer's digits, contractions, scripts, white-space runs, emoji and
+ * code; written by tools/make-tokenizer-ref-llamacpp.sh). The 0.5B and 1.5B
+ * models share the vocabulary, so one reference serves both. */
+static void check_qwen_vocab(const char *path) {
+    loaded_vocab v;
+    REQUIRE_MSG(load_vocab(path, &v), "%s missing (make model NAME=...)", path);
+    CHECK_EQ_INT(pkv_tokenizer_kind(v.tok), PKV_TOK_BPE);
+    CHECK(!pkv_tokenizer_add_bos(v.tok));
+    CHECK(check_ids_fixture(v.tok, FIXTURE("tokenizer/qwen2.5-coder.ref")) >= 4 * 60);
+    /* end of generation as llama.cpp decides it (src/llama-vocab.cpp): the
+     * ChatML end of turn, <|endoftext|>, and the coder's FIM pad, repo-name and
+     * file-separator tokens */
+    const char *eog[] = {"<|im_end|>", "<|endoftext|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"};
+    for (size_t i = 0; i < sizeof eog / sizeof *eog; i++) {
+        int32_t id = pkv_tokenizer_find(v.tok, eog[i]);
+        CHECK_MSG(id >= 0 && pkv_tokenizer_is_eog(v.tok, id), "%s should end generation", eog[i]);
+    }
+    CHECK(!pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|im_start|>")));
+    CHECK(!pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|fim_prefix|>")));
+    unload_vocab(&v);
+}
+
+TEST(real_tok_qwen05_vs_llamacpp) { check_qwen_vocab("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"); }
+
+/* make test-qwen1.5b */
+TEST(manual_qwen15_tok_vs_llamacpp) { check_qwen_vocab("models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"); }
+
 TEST(real_tok_gemma3_chat_example) {
     loaded_vocab v;
     REQUIRE_MSG(load_vocab(GEMMA_PATH, &v), "%s missing (make model)", GEMMA_PATH);
@@ -1047,7 +1080,7 @@ TEST(real_tok_gemma3_chat_example) {
     int n = pkv_chat_render(PKV_CHAT_GEMMA, v.tok, NULL, msgs, 1, buf, sizeof buf, &system_end, &err);
     REQUIRE(n > 0);
     CHECK_EQ_INT(system_end, 0);
-    /* engine-notes.md §4.6: add_special=false, parse_special=true */
+    /* docs/engine.md §4.6: add_special=false, parse_special=true */
     CHECK(encode_is(v.tok, buf, (size_t)n, false, true,
                     IDS(2, 105, 2364, 107, 3694, 106, 107, 105, 4368, 107)));
     unload_vocab(&v);

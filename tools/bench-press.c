@@ -21,7 +21,7 @@
  * compresses copies with ProtoKV's SAT candidates chosen as the top m = 32
  * and as theta > beta for beta = 1, 2, 3, printing for every full-attention
  * layer and KV head the mean cosine among the candidates (intra), between
- * them and the other prefix rows (inter), Gamma = intra / inter (the seed's
+ * them and the other prefix rows (inter), Gamma = intra / inter (the write-up's
  * clustering ratio), and the same for as many random rows (the control).
  */
 #include <math.h>
@@ -30,9 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/press.h"
 #include "press/protokv.h"
 #include "promptkv.h"
 
@@ -45,12 +46,6 @@ typedef struct {
     const char *protokv_opts[16];
     int n_protokv_opts;
 } bench_args;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* CPU time of the calling thread: what a single-threaded press costs, whatever else the machine runs */
 static double cpu_seconds(void) {
@@ -228,10 +223,10 @@ static timing time_press(const pkv_press_cfg *cfg, const pkv_press_input *in_tem
         pkv_arena_reset(&arena);
         pkv_press_selection sel;
         pkv_error err;
-        double c0 = cpu_seconds(), t0 = now_seconds();
+        double c0 = cpu_seconds(), t0 = pkv_now_seconds();
         if (pkv_press_run(cfg, &in, &sel, &err)) fprintf(stderr, "bench-press: %s\n", err.msg);
         cpu[r] = cpu_seconds() - c0;
-        wall[r] = now_seconds() - t0;
+        wall[r] = pkv_now_seconds() - t0;
     }
     pkv_arena_free(&arena);
     return (timing){median(cpu, reps), median(wall, reps)};
@@ -242,7 +237,29 @@ static void print_header(void) {
            "retention | wall snapkv / protokv ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
-static void print_row(const char *what, int L, timing snap, timing proto, const pkv_protokv_times *t) {
+/* Seconds in each ProtoKV step, summed over heads and layers (from the press's observer). */
+typedef struct {
+    double similarity, lsh, prototypes, assignment, scoring, retention;
+} step_times;
+
+static void add_step(void *user, const char *step, double seconds) {
+    step_times *t = user;
+    double *slot = !strcmp(step, "similarity")   ? &t->similarity
+                   : !strcmp(step, "lsh")        ? &t->lsh
+                   : !strcmp(step, "prototypes") ? &t->prototypes
+                   : !strcmp(step, "assignment") ? &t->assignment
+                   : !strcmp(step, "scoring")    ? &t->scoring
+                                                 : &t->retention;
+    *slot += seconds;
+}
+
+/* Times ProtoKV's steps into *t (NULL: stop). */
+static void profile(pkv_press_cfg *cfg, step_times *t) {
+    pkv_press_observer ob = {.layer = -1, .head = -1, .step = add_step, .user = t};
+    pkv_press_cfg_observe(cfg, t ? &ob : NULL, NULL);
+}
+
+static void print_row(const char *what, int L, timing snap, timing proto, const step_times *t) {
     double tot = t->similarity + t->lsh + t->prototypes + t->assignment + t->scoring + t->retention;
     if (tot <= 0) tot = 1;
     printf("| %s | %d | %.1f | %.1f | %.2f | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.1f / %.1f |\n", what,
@@ -270,10 +287,10 @@ static int bench_synthetic(const bench_args *a) {
             .comp = &comp,
         };
         timing t_snap = time_press(snap, &in, a->reps);
-        pkv_protokv_times times = {0};
-        pkv_protokv_profile(proto, &times);
+        step_times times = {0};
+        profile(proto, &times);
         timing t_proto = time_press(proto, &in, a->reps);
-        pkv_protokv_profile(proto, NULL);
+        profile(proto, NULL);
         print_row("synthetic", L, t_snap, t_proto, &times);
         free_layer(&sl);
     }
@@ -365,7 +382,7 @@ static int capture_score(const void *params, const pkv_press_input *in, pkv_pres
     c->in.values = NULL;
     c->in.attn_sum = NULL;
     c->in.attn_count = NULL;
-    c->in.watch = NULL;
+    c->in.observer = NULL;
     for (int s = 0; s < sel->n_sel; s++) memset(sel->scores[s], 0, (size_t)in->n_rows[pkv_sel_kv_head(in, sel, s)] * sizeof(float));
     return 0;
 }
@@ -426,21 +443,21 @@ static int bench_model(const bench_args *a) {
         so.n_threads = a->threads;
         so.n_ctx = L;
         pkv_session *s = toks ? pkv_session_new(m, &so, &err) : NULL;
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         if (!s || pkv_prefill(s, toks, n, capture, NULL, &err)) {
             fprintf(stderr, "bench-press: %d tokens: %s\n", L, toks ? err.msg : "cannot read the text");
             return 1;
         }
-        fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s, captured %d layers\n", L, now_seconds() - t0,
+        fprintf(stderr, "bench-press: prefilled %d tokens in %.0f s, captured %d layers\n", L, pkv_now_seconds() - t0,
                 store.n);
         timing t_snap = {0}, t_proto = {0};
-        pkv_protokv_times times = {0};
+        step_times times = {0};
         for (int l = 0; l < store.n; l++) {
             store.layers[l].in.comp = &comp;
             timing ts = time_press(snap, &store.layers[l].in, a->reps);
-            pkv_protokv_profile(proto, &times);
+            profile(proto, &times);
             timing tp = time_press(proto, &store.layers[l].in, a->reps);
-            pkv_protokv_profile(proto, NULL);
+            profile(proto, NULL);
             t_snap.cpu += ts.cpu;
             t_snap.wall += ts.wall;
             t_proto.cpu += tp.cpu;
@@ -517,7 +534,9 @@ static int bench_gamma(const bench_args *a) {
             snprintf(setting, sizeof setting, "%s %s", SETTINGS[k][0][0] == 'm' ? "top" : "theta >", SETTINGS[k][1]);
             gamma_tally t = {.text = name, .setting = setting};
             if (!cfg || pkv_press_cfg_set(cfg, SETTINGS[k][0], SETTINGS[k][1], &err) ||
-                pkv_press_cfg_watch_clusters(cfg, -1, -1, on_view, &t, &err) || pkv_session_copy(dst, src, cfg, NULL, &err)) {
+                pkv_press_cfg_observe(cfg, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = &t},
+                                      &err) ||
+                pkv_session_copy(dst, src, cfg, NULL, &err)) {
                 fprintf(stderr, "bench-press: %s\n", err.msg);
                 return 1;
             }

@@ -5,7 +5,7 @@
 #
 # Runs llama.cpp's llama-bench (-p 512 -n 128 -r 5) and `promptkv bench` with
 # the same settings (random token ids, logits of the last prompt token only, a
-# warmup run, 5 repetitions; engine-notes.md §6.3), then prints one table with
+# warmup run, 5 repetitions; docs/engine.md §6.3), then prints one table with
 # both engines' tokens per second and the ratio promptkv / llama.cpp, and
 # llama.cpp's build line. Both means are the mean of the repetitions' t/s
 # (llama-bench's avg_ts); promptkv's median is shown too.

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Independent reference of promptkv eval's task generators (evaluation.md §1, §2).
+"""Independent reference of promptkv eval's task generators (docs/evaluation.md §1, §2).
 
 Rebuilds every prompt from the documented PRNG (src/eval/rng.h), the word lists
-(tests/data/words) and the construction rules of evaluation.md, without using the
+(tests/data/words) and the construction rules of docs/evaluation.md, without using the
 C code, and prints golden values for tests/test_eval_golden.c:
 
     FNV-1a-64 of context + question + answer_prefix, the segment lengths, the gold

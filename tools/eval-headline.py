@@ -11,7 +11,7 @@ import csv
 import sys
 from collections import defaultdict
 
-FULL_MIN = 50.0  # summary.md's threshold for the retention headline (evaluation.md 5.2)
+FULL_MIN = 50.0  # summary.md's threshold for the retention headline (docs/evaluation.md 5.2)
 
 
 def config_label(row):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate src/unicode_data.c: Unicode category flags as compact ranges.
+"""Generate src/text/unicode_data.c: Unicode category flags as compact ranges.
 
-Usage: tools/gen-unicode-tables.py > src/unicode_data.c
+Usage: tools/gen-unicode-tables.py > src/text/unicode_data.c
 
 The categories come from Python's unicodedata (its Unicode version is written
 into the generated file). Each codepoint gets one general-category flag (the
@@ -17,7 +17,7 @@ import unicodedata
 
 MAX_CODEPOINT = 0x110000
 
-# Must match the PKV_UFLAG_* values in src/unicode.h.
+# Must match the PKV_UFLAG_* values in src/text/unicode.h.
 FLAG_UNASSIGNED = 0x0001
 FLAG_NUMBER = 0x0002
 FLAG_LETTER = 0x0004

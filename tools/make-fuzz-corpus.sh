@@ -18,7 +18,7 @@ cat >"$work/gen.c" <<'EOF'
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 static const char *g_dir;
 
@@ -93,7 +93,7 @@ static void aligned64(void) {
 }
 
 /* every value type and array element type, by hand in the spec layout
- * (engine-notes.md §1.2); the writer only has the common types */
+ * (docs/engine.md §1.2); the writer only has the common types */
 static unsigned char g_buf[4096];
 static size_t g_len;
 static void put(unsigned long long v, int n) {
@@ -161,6 +161,6 @@ EOF
 
 mkdir -p "$out"
 "$cc" -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Iinclude -Isrc -o "$work/gen" \
-    "$work/gen.c" src/format/gguf.c src/base/error.c -lm
+    "$work/gen.c" src/format/gguf.c src/format/gguf_write.c src/format/gguf_format.c src/base/error.c -lm
 "$work/gen" "$out"
 ls -l "$out"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Writes llama.cpp's perplexity on a fixed English text as a reference fixture
-# for our own perplexity command (tests/fixtures/perplexity/gemma3-270m.ref).
+# for our own perplexity command (tests/fixtures/perplexity/gemma3-270m.ref;
+# qwen2.5-coder-0.5b.ref and qwen2.5-coder-1.5b.ref with OUT=...).
 #
 # usage: tools/make-perplexity-ref.sh LLAMA_PERPLEXITY MODEL [TEXT]
+#        OUT=tests/fixtures/perplexity/qwen2.5-coder-0.5b.ref tools/make-perplexity-ref.sh \
+#            LLAMA_PERPLEXITY models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 #   LLAMA_PERPLEXITY  path of an already built llama-perplexity binary
 #                     (this script never fetches or builds llama.cpp)
 #   MODEL             the GGUF model, e.g. gemma-3-270m-q4_k_m.gguf

@@ -9,7 +9,7 @@ tests/fixtures/models/<model>-f32.gguf) and a seeded 96-token prompt, this scrip
                    taken from HF transformers (eager attention), so that the C presses can be tested
                    on exactly the tensors the references used;
   <model>.keep     the positions each press keeps, per layer and head:
-                   * SnapKV with the official semantics (tools/snapkv_reference.py, algorithms.md A.4-A.7)
+                   * SnapKV with the official semantics (tools/snapkv_reference.py, docs/presses.md A.4-A.7)
                      on the dumped tensors, for ~40 option combinations;
                    * kvpress 0.5.5 (SnapKVPress, StreamingLLMPress, KnormPress, TOVAPress,
                      ObservedAttentionPress) run on the same HF model and prompt, with the kept indices
@@ -17,7 +17,7 @@ tests/fixtures/models/<model>-f32.gguf) and a seeded 96-token prompt, this scrip
                      kvpress leaves in the cache.
 
 Before writing anything it asserts that snapkv_reference.py reproduces the hand examples of
-algorithms.md A.14, that its explicit pooling equals torch's avg_pool1d / max_pool1d, that the dumped
+docs/presses.md A.14, that its explicit pooling equals torch's avg_pool1d / max_pool1d, that the dumped
 queries and keys reproduce HF's attention rows, and that every kvpress result equals the formula of
 README.md applied to the dumped tensors (up to exact ties in kvpress's scores, which are recorded).
 

@@ -6,7 +6,7 @@ Needs the Python packages regex, tokenizers, sentencepiece, gguf, jinja2.
 
 Every expected value comes from an independent implementation:
   pretok.ref        pre-tokenizer pieces from the `regex` module applied to
-                    the regexes of engine-notes.md §4.4 (llama.cpp's forms)
+                    the regexes of docs/engine.md §4.4 (llama.cpp's forms)
   bpe-llama3.gguf   tiny byte-level BPE vocabularies trained here with HF
   bpe-qwen2.gguf    `tokenizers` (pre-tokenizer = the Llama 3 / Qwen2 split
                     regex, then ByteLevel), written as GGUF tokenizer keys
@@ -17,6 +17,8 @@ Every expected value comes from an independent implementation:
   chat.ref          chat renderings by jinja2 of the official templates below
   gemma3-270m.inp   the strings tools/make-tokenizer-ref-llamacpp.sh feeds to
                     llama.cpp's llama-tokenize for gemma3-270m.ref
+  qwen2.5-coder.inp the same for qwen2.5-coder.ref (Qwen2.5-Coder 0.5B and
+                    1.5B Instruct share the vocabulary)
 
 SentencePiece vs llama.cpp: llama.cpp's SPM tokenizer does no normalization
 except ' ' -> U+2581 and adds the leading space only when the GGUF says so
@@ -69,7 +71,7 @@ def esc_str(s: str) -> str:
 
 # ---------------------------------------------------------------- pre-tokenizer regexes
 
-# llama.cpp's forms (engine-notes.md §4.4): the (?i:...) contraction group is
+# llama.cpp's forms (docs/engine.md §4.4): the (?i:...) contraction group is
 # written with explicit case classes.
 CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 LLAMA3 = (CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -232,6 +234,34 @@ GEMMA_EXTRA = [
     b"windows\r\nline\r\n\r\n end \n\n\n\n  \n",
     b"<start_of_turn><end_of_turn><start_of_turn>",
     b"<<start_of_turn>>  <end_of_turn \xe2\x96\x81\xe2\x96\x81x",
+]
+
+# Qwen2.5-Coder's byte-level BPE with the qwen2 pre-tokenizer (digits one by one, contractions
+# case-insensitively, letters with a leading non-letter, newline runs): strings for
+# tools/make-tokenizer-ref-llamacpp.sh, which writes qwen2.5-coder.ref from llama.cpp's llama-tokenize
+QWEN_EXTRA = [
+    b"<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    b"<|endoftext|>x<|im_end|>y <|im_start|>",
+    b"<|fim_prefix|>def f(x):\n    <|fim_suffix|>\n    return y<|fim_middle|>",
+    b"<|repo_name|>promptkv<|file_sep|>src/main.c\n<|file_sep|>",
+    b"<|im_start <|im_start| |im_start|> <| im_end |> <|unknown_tok|>",
+    b"123456789012345678901234567890 0.000001 1e-9 -42 +7 3,141,592 \xd9\xa3\xd9\xa4 \xe2\x85\xa7 \xc2\xb2",
+    b"I'M YOU'RE they'VE we'D it'S She'Ll don'T ''s 'x '",
+    b"mixed\xd0\xbb\xd0\xb0\xd1\x82\xd0\xb8\xd0\xbd\xd0\xb8\xd1\x86\xd0\xb0 and \xce\xb1\xce\xb2\xce\xb3123\xe4\xb8\xad\xe6\x96\x87abc",
+    b"\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87 "
+    b"\xe0\xb8\xaa\xe0\xb8\xa7\xe0\xb8\xb1\xe0\xb8\xaa\xe0\xb8\x94\xe0\xb8\xb5 \xec\x95\x88\xeb\x85\x95\xed\x95\x98\xec\x84\xb8\xec\x9a\x94",
+    b"\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 \xf0\x9f\x87\xa9\xf0\x9f\x87\xaa "
+    b"\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbf!!",
+    b"  \n  \n\n   \n\t\n \t \n\n\n\n    x   \n",
+    b" " * 70 + b"end" + b"\t" * 9 + b"\n" * 17,
+    b"windows\r\nline\r\n\r\n end \r\n\r\n\r\n",
+    b"template <typename T>\nstd::vector<T> f(const T& x) { return {x, x}; }  // C++\n",
+    b'{"key": [1, 2.5, null, true], "nested": {"a": "b\\n"}}',
+    b"#!/bin/sh\nfor f in *.c; do gcc -O2 \"$f\" -o \"${f%.c}\" && ./\"${f%.c}\"; done 2>&1 | tee log",
+    b"re.compile(r'^(?P<name>[A-Za-z_]\\w*)\\s*=\\s*(\\d+)$')",
+    b"    def __init__(self, *args, **kwargs):\n        super().__init__(*args, **kwargs)\n\n\n",
+    b"bad utf-8: \xff\xfe \xc3( \xe2\x82 \xf0\x9f",
+    b"\xef\xbf\xbf \xf4\x8f\xbf\xbd \xee\x80\x80 \x01\x02\x7f",
 ]
 
 CORPUS = """
@@ -437,7 +467,7 @@ def write_spm_fixture(out_dir):
 
 # ---------------------------------------------------------------- chat templates
 
-# google/gemma-3-*-it, tokenizer_config.json "chat_template" (engine-notes.md §4.6)
+# google/gemma-3-*-it, tokenizer_config.json "chat_template" (docs/engine.md §4.6)
 GEMMA3_TEMPLATE = """{{ bos_token }}
 {%- if messages[0]['role'] == 'system' -%}
     {%- if messages[0]['content'] is string -%}
@@ -590,6 +620,15 @@ def write_gemma_inputs(out_dir):
             f.write(esc(s) + "\n")
 
 
+def write_qwen_inputs(out_dir):
+    path = os.path.join(out_dir, "qwen2.5-coder.inp")
+    with open(path, "w", encoding="ascii", newline="\n") as f:
+        for s in STRINGS + BPE_QWEN2_SPECIAL[:1]:
+            f.write(esc(s.encode("utf-8")) + "\n")
+        for s in QWEN_EXTRA:
+            f.write(esc(s) + "\n")
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/tokenizer"
     os.makedirs(out_dir, exist_ok=True)
@@ -604,6 +643,7 @@ def main():
     write_spm_fixture(out_dir)
     write_chat(out_dir)
     write_gemma_inputs(out_dir)
+    write_qwen_inputs(out_dir)
 
 
 if __name__ == "__main__":

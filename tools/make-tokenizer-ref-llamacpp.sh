@@ -2,14 +2,16 @@
 # Reference token ids from llama.cpp for the real-model tokenizer test.
 #
 # Usage: tools/make-tokenizer-ref-llamacpp.sh LLAMA_TOKENIZE MODEL [INPUTS] > tests/fixtures/tokenizer/gemma3-270m.ref
+#        tools/make-tokenizer-ref-llamacpp.sh LLAMA_TOKENIZE models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+#            tests/fixtures/tokenizer/qwen2.5-coder.inp > tests/fixtures/tokenizer/qwen2.5-coder.ref
 #
 #   LLAMA_TOKENIZE  path of a built llama-tokenize binary (this script does not
 #                   fetch or build llama.cpp)
 #   MODEL           the GGUF file (models/gemma-3-270m-q4_k_m.gguf)
 #   INPUTS          one escaped string per line (default
-#                   tests/fixtures/tokenizer/gemma3-270m.inp, written by
-#                   tools/make-tokenizer-fixtures.py): printable ASCII as is,
-#                   '\\' for a backslash, \xHH for any other byte
+#                   tests/fixtures/tokenizer/gemma3-270m.inp; qwen2.5-coder.inp for
+#                   Qwen2.5-Coder, both written by tools/make-tokenizer-fixtures.py):
+#                   printable ASCII as is, '\\' for a backslash, \xHH for any other byte
 #
 # Output: the format of the other .ref files (see make-tokenizer-fixtures.py):
 #   T <escaped text>, then one line per mode "<add_special><parse_special> <ids>".
@@ -18,7 +20,7 @@
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-    sed -n '4,12p' "$0" >&2
+    sed -n '4,14p' "$0" >&2
     exit 2
 fi
 tokenize=$1

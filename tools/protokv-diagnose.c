@@ -25,6 +25,7 @@
 
 #include "eval/runner.h"
 #include "eval/tasks.h"
+#include "press/observer.h"
 #include "promptkv.h"
 
 enum { MAX_TASKS = 32, MAX_OPTS = 32 };
@@ -416,12 +417,12 @@ static int run(const diag_args *a) {
             char what[96];
             snprintf(what, sizeof what, "%s/%d/%d", task->name, a->length, s);
             view_set vl = {0}, va = {0};
-            if (pkv_press_cfg_watch_clusters(attn, -1, -1, on_view, &va, &err) ||
+            if (pkv_press_cfg_observe(attn, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = &va}, &err) ||
                 pkv_session_copy(dst, src, attn, NULL, &err) ||
-                pkv_press_cfg_watch_clusters(attn, -1, -1, NULL, NULL, &err) ||
-                pkv_press_cfg_watch_clusters(logit, -1, -1, on_view, &vl, &err) ||
+                pkv_press_cfg_observe(attn, NULL, &err) ||
+                pkv_press_cfg_observe(logit, &(pkv_press_observer){.layer = -1, .head = -1, .clusters = on_view, .user = &vl}, &err) ||
                 pkv_session_copy(dst, src, logit, NULL, &err) ||
-                pkv_press_cfg_watch_clusters(logit, -1, -1, NULL, NULL, &err) ||
+                pkv_press_cfg_observe(logit, NULL, &err) ||
                 pkv_session_copy(dst, src, snap, NULL, &err)) {
                 fprintf(stderr, "protokv-diagnose: %s\n", err.msg);
                 return 1;

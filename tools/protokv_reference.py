@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Brute-force reference of ProtoKV as algorithms.md B.0 specifies it (numpy, float64).
+"""Brute-force reference of ProtoKV as docs/presses.md B.0 specifies it (numpy, float64).
 
-Written from the spec text (B.0, the seed shared/seeds/003_*.txt) and the definitions below, not from the
+Written from the spec text (docs/presses.md B.0) and the definitions below, not from the
 engine's C code, so that the kept sets it computes can test src/press/protokv.c.  Everything is done the
 slow, obvious way: full cosine matrices, explicit loops, float64.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference SnapKV selection with the official code's semantics (algorithms.md A.4-A.7, Part D).
+"""Reference SnapKV selection with the official code's semantics (docs/presses.md A.4-A.7, Part D).
 
 Written from the spec, not from any implementation, so that it can serve as an independent reference
 for the engine's C press.  Everything is computed in float32 (A.15) with torch; only the ranking step
@@ -19,7 +19,7 @@ Pipeline for one layer (positions are 0-based, window rows r = 0..w-1 are positi
 granularity query_head is the official code (KV heads repeated to query heads, one selection per query
 head); kv_head stores one selection per KV head (g(h) = h // G, HF repeat_kv layout).
 
-Run directly to check the hand examples of algorithms.md A.14:  python tools/snapkv_reference.py
+Run directly to check the hand examples of docs/presses.md A.14:  python tools/snapkv_reference.py
 """
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def pooled_scores(q_window: torch.Tensor, keys: torch.Tensor, params: SnapKVPara
 
 
 # ----------------------------------------------------------------------------------------------------
-# algorithms.md A.14 hand examples
+# docs/presses.md A.14 hand examples
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -261,4 +261,4 @@ def check_hand_examples() -> None:
 
 if __name__ == "__main__":
     check_hand_examples()
-    print("algorithms.md A.14.1-A.14.5: all hand examples reproduced")
+    print("docs/presses.md A.14.1-A.14.5: all hand examples reproduced")

@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+
 /*
  * The job word packs the job's generation, the next unclaimed item and the
  * item count, so that claiming an item (one compare-and-swap) also proves
@@ -62,12 +64,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
 /* A poll loop with a time limit: the clock is read every 16 pauses. */
 typedef struct {
     unsigned i;
@@ -77,7 +73,7 @@ typedef struct {
 static bool spin_expired(spinner *s) {
     cpu_relax();
     if ((++s->i & 15) != 0) return false;
-    double t = now_us();
+    double t = pkv_now_seconds() * 1e6;
     if (s->deadline == 0.0) s->deadline = t + PKV_POOL_SPIN_US;
     return t > s->deadline;
 }

@@ -1,7 +1,7 @@
 /*
- * bench (design.md "bench"): throughput, decode latency against prompt
+ * bench (docs/design.md "Layers"): throughput, decode latency against prompt
  * length, memory. The definitions follow llama-bench so that ratios against
- * llama.cpp are fair (engine-notes.md §6.3):
+ * llama.cpp are fair (docs/engine.md §6.3):
  *   - prompts are random token ids (the first is BOS when the model adds one);
  *   - prefill ("ppN") computes logits only for the last prompt token and is
  *     timed from the first token to the last;

@@ -1,14 +1,14 @@
 /* Memory read bandwidth: the denominator of the decode roofline. A decode step
  * reads every weight and the whole cache once, so bytes / bandwidth bounds
- * its time from below (engine-notes.md §6.4: decode saturates memory
+ * its time from below (docs/engine.md §6.4: decode saturates memory
  * bandwidth at a few threads). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bench/bench.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/threads.h"
+#include "bench/bench.h"
 
 typedef struct {
     const uint64_t *buf;
@@ -39,12 +39,6 @@ static void read_slice(void *arg, int ith, int nth) {
     j->sink[ith % 256] += s0 ^ s1 ^ s2 ^ s3 ^ s4 ^ s5 ^ s6 ^ s7;
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int pkv_bench_membw(uint64_t buf_bytes, int n_threads, int passes, double *bytes_per_s, pkv_error *err) {
     *bytes_per_s = 0.0;
     if (buf_bytes < 4096 || passes < 1) return pkv_fail(err, PKV_ERR_ARG, "membw: buffer >= 4 KiB and passes >= 1");
@@ -67,9 +61,9 @@ int pkv_bench_membw(uint64_t buf_bytes, int n_threads, int passes, double *bytes
     pkv_pool_run(pool, read_slice, job); /* warm: TLBs, thread start-up */
     double best = 0.0;
     for (int p = 0; p < passes; p++) {
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         pkv_pool_run(pool, read_slice, job);
-        double dt = now_seconds() - t0;
+        double dt = pkv_now_seconds() - t0;
         double bw = dt > 0.0 ? (double)n_words * sizeof(uint64_t) / dt : 0.0;
         if (bw > best) best = bw;
     }

@@ -8,10 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench.h"
 #include "base/error.h"
-#include "model/model.h"
-#include "press/press.h"
+#include "bench/bench.h"
 
 int64_t pkv_bench_memfit_solve(double fixed_bytes, double bytes_per_token, uint64_t cap, int64_t n_max) {
     /* bisection on the predicate bytes(n) <= cap, which holds at lo and fails above hi */
@@ -73,13 +71,13 @@ int pkv_bench_mem_fit(pkv_model *m, const pkv_bench_opts *o, uint64_t cap, const
         if (probe_len[i] < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: probe length must be >= 1");
         if (probe_len[i] > max_len) max_len = probe_len[i];
     }
-    if (press && press->ops && pkv_press_cfg_check(press, err)) return -1;
-    if (!press || !press->ops || pkv_press_cfg_describe(press, out->press, sizeof out->press) < 0)
+    if (pkv_press_cfg_compresses(press) && pkv_press_cfg_check(press, err)) return -1;
+    if (!pkv_press_cfg_compresses(press) || pkv_press_cfg_describe(press, out->press, sizeof out->press) < 0)
         snprintf(out->press, sizeof out->press, "none");
     int32_t *tokens = malloc((size_t)max_len * sizeof *tokens);
     if (!tokens) return pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory for %d tokens", max_len);
     uint64_t rng = o->seed;
-    pkv_bench_random_tokens(&rng, m->hp.n_vocab, pkv_token_bos(m), pkv_tokenizer_add_bos(m->tok), tokens, max_len);
+    pkv_bench_random_tokens(&rng, pkv_n_vocab(m), pkv_token_bos(m), pkv_token_add_bos(m), tokens, max_len);
     /* make the weights resident: they are outside the cap and must be in the baseline */
     int rc = -1;
     pkv_session *warm = pkv_bench_session_new(m, o, 16, 0, false, err);

@@ -1,22 +1,14 @@
 /* The timed runs: prefill (ppN), decode from an empty cache (tgN) and decode
  * at a depth after a press (bench.h; llama-bench's definitions,
- * engine-notes.md §6.3). */
+ * docs/engine.md §6.3). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bench/bench.h"
+#include "base/clock.h"
 #include "base/error.h"
-#include "model/model.h"
-#include "press/press.h"
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "bench/bench.h"
 
 __attribute__((format(printf, 2, 3))) static void progress(const pkv_bench_opts *o, const char *fmt, ...) {
     if (!o->progress) return;
@@ -32,10 +24,9 @@ static void report(const pkv_bench_opts *o, const pkv_bench_result *r) {
     if (o->on_result) o->on_result(o->progress_user, r);
 }
 
-static bool is_press(const pkv_press_cfg *p) { return p && p->ops; }
 
 static void describe_press(const pkv_press_cfg *p, char *buf, int len) {
-    if (!is_press(p) || pkv_press_cfg_describe(p, buf, len) < 0) snprintf(buf, (size_t)len, "none");
+    if (!pkv_press_cfg_compresses(p) || pkv_press_cfg_describe(p, buf, len) < 0) snprintf(buf, (size_t)len, "none");
 }
 
 static int reps_of(const pkv_bench_opts *o) { return o->reps > 0 ? o->reps : 1; }
@@ -47,7 +38,9 @@ pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_
     so.n_threads = o->n_threads;
     if (o->n_batch > 0) so.n_batch = o->n_batch;
     so.cache_type = o->cache_type;
-    so.n_ctx = m->hp.n_ctx_train > n_tokens ? m->hp.n_ctx_train : n_tokens;
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    so.n_ctx = info.n_ctx_train > n_tokens ? info.n_ctx_train : n_tokens;
     so.keep_press_window = keep_window;
     so.keep_attn_sums = keep_sums;
     return pkv_session_new(m, &so, err);
@@ -55,12 +48,12 @@ pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_
 
 /* llama-bench: the first prompt token is BOS when the vocabulary adds one. */
 static void prompt_tokens(const pkv_model *m, uint64_t *rng, int32_t *out, int n) {
-    pkv_bench_random_tokens(rng, m->hp.n_vocab, pkv_token_bos(m), pkv_tokenizer_add_bos(m->tok), out, n);
+    pkv_bench_random_tokens(rng, pkv_n_vocab(m), pkv_token_bos(m), pkv_token_add_bos(m), out, n);
 }
 
 static int32_t random_token(const pkv_model *m, uint64_t *rng) {
     int32_t t;
-    pkv_bench_random_tokens(rng, m->hp.n_vocab, -1, false, &t, 1);
+    pkv_bench_random_tokens(rng, pkv_n_vocab(m), -1, false, &t, 1);
     return t;
 }
 
@@ -103,9 +96,9 @@ int pkv_bench_prefill(pkv_model *m, const pkv_bench_opts *o, int n_prompt, const
         progress(o, "%s %s: repetition %d/%d", out->test, out->press, r + 1, reps);
         pkv_session_reset(s);
         prompt_tokens(m, &rng, tokens, n_prompt);
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         if (pkv_prefill(s, tokens, n_prompt, press, &st, err)) goto done;
-        secs[r] = now_seconds() - t0;
+        secs[r] = pkv_now_seconds() - t0;
         tps[r] = n_prompt / secs[r];
         ms[r] = 1000.0 * secs[r] / n_prompt;
         press_s[r] = st.press_seconds;
@@ -139,13 +132,13 @@ done:
  * one, then random ids (llama-bench test_gen). */
 static int decode_steps(pkv_session *s, const pkv_model *m, uint64_t *rng, int n_gen, double *seconds,
                         pkv_error *err) {
-    int32_t token = pkv_tokenizer_add_bos(m->tok) ? pkv_token_bos(m) : random_token(m, rng);
-    double t0 = now_seconds();
+    int32_t token = pkv_token_add_bos(m) ? pkv_token_bos(m) : random_token(m, rng);
+    double t0 = pkv_now_seconds();
     for (int i = 0; i < n_gen; i++) {
         if (pkv_decode(s, token, err)) return -1;
         token = random_token(m, rng);
     }
-    *seconds = now_seconds() - t0;
+    *seconds = pkv_now_seconds() - t0;
     return 0;
 }
 
@@ -262,9 +255,9 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
     int keep_window = 0;
     bool keep_sums = false;
     for (int p = 0; p < n_presses; p++)
-        if (is_press(presses[p])) {
-            if (presses[p]->window > keep_window) keep_window = presses[p]->window;
-            keep_sums |= presses[p]->ops->needs_attn_sum;
+        if (pkv_press_cfg_compresses(presses[p])) {
+            if (pkv_press_cfg_window(presses[p]) > keep_window) keep_window = pkv_press_cfg_window(presses[p]);
+            keep_sums |= pkv_press_cfg_needs_attn_sums(presses[p]);
         }
     pkv_session *src = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, keep_window, keep_sums, err);
     if (!src) return -1;
@@ -273,9 +266,9 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
     progress(c->o, "d%d: prefill of %d tokens (shared by %d presses)", c->depth, c->depth, n_presses);
     pkv_bench_rss_reset();
     pkv_prefill_stats st;
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     if (pkv_prefill(src, tokens, c->depth, NULL, &st, err)) goto done;
-    double prefill_s = now_seconds() - t0;
+    double prefill_s = pkv_now_seconds() - t0;
     uint64_t peak = pkv_bench_rss_peak();
     for (int p = 0; p < n_presses; p++) {
         pkv_bench_result *r = &out[p];
@@ -283,7 +276,7 @@ static int depth_shared(const depth_ctx *c, const int32_t *tokens, const pkv_pre
         r->prefill_seconds = prefill_s;
         r->cache_bytes_full = st.cache_bytes_full;
         const pkv_session *start = src;
-        if (is_press(presses[p])) {
+        if (pkv_press_cfg_compresses(presses[p])) {
             pkv_prefill_stats cs;
             if (!(pressed = pkv_bench_session_new(c->m, c->o, c->depth + c->n_gen + 8, 0, false, err))) goto done;
             progress(c->o, "d%d: %s on a copy of the prompt's cache", c->depth, r->press);
@@ -318,9 +311,9 @@ static int depth_separate(const depth_ctx *c, const int32_t *tokens, const pkv_p
         progress(c->o, "d%d: prefill of %d tokens with %s", c->depth, c->depth, r->press);
         pkv_bench_rss_reset();
         pkv_prefill_stats st;
-        double t0 = now_seconds();
+        double t0 = pkv_now_seconds();
         int rc = pkv_prefill(s, tokens, c->depth, presses[p], &st, err);
-        r->prefill_seconds = now_seconds() - t0;
+        r->prefill_seconds = pkv_now_seconds() - t0;
         r->peak_rss = pkv_bench_rss_peak();
         r->press_seconds = st.press_seconds;
         r->press_share = r->prefill_seconds > 0 ? st.press_seconds / r->prefill_seconds : 0.0;

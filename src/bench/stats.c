@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "bench/bench.h"
 #include "base/prng.h"
 #include "base/threads.h"
+#include "bench/bench.h"
 
 void pkv_bench_opts_default(pkv_bench_opts *opts) {
     memset(opts, 0, sizeof *opts);

@@ -1,6 +1,7 @@
 /*
- * The KV cache (design.md "kvcache"): per layer and per KV head, a list of
- * rows — key (post-RoPE), value, and the row's original position. Heads of
+ * The KV cache (docs/design.md "The cache layout"): per layer and per KV
+ * head, a list of rows — key (post-RoPE), value, and the row's original
+ * position. Heads of
  * one layer may hold different numbers of rows (a press keeps a different set
  * per head; AdaKV gives heads different budgets), and layers differ too.
  *
@@ -14,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "promptkv.h"
 #include "kernels/quant.h"
+#include "promptkv.h"
 
 /* One block per head (kvcache.c): cap rows of K, then cap rows of V, then
  * cap positions; k points at the block, v and pos into it. */
@@ -95,6 +96,35 @@ uint64_t pkv_kvcache_bytes(const pkv_kvcache *c);
 uint64_t pkv_kvcache_row_bytes(const pkv_kvcache *c, int layer);
 /* Rows in a layer summed over heads. */
 int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer);
+
+/* The shape and rows of a layer, for code outside the cache (which goes
+ * through these, never through the structs above). */
+static inline int pkv_kvcache_n_layers(const pkv_kvcache *c) { return c->n_layers; }
+static inline int pkv_kvcache_n_heads(const pkv_kvcache *c, int layer) { return c->layers[layer].n_heads; }
+static inline int pkv_kvcache_head_dim_k(const pkv_kvcache *c, int layer) { return c->layers[layer].head_dim_k; }
+static inline int pkv_kvcache_head_dim_v(const pkv_kvcache *c, int layer) { return c->layers[layer].head_dim_v; }
+static inline int pkv_kvcache_head_rows(const pkv_kvcache *c, int layer, int head) {
+    return c->layers[layer].heads[head].n_rows;
+}
+/* Original positions of a head's rows, ascending. */
+static inline const int32_t *pkv_kvcache_head_pos(const pkv_kvcache *c, int layer, int head) {
+    return c->layers[layer].heads[head].pos;
+}
+/* Rows of the layer's largest head. */
+static inline int pkv_kvcache_max_head_rows(const pkv_kvcache *c, int layer) {
+    int rows = 0;
+    for (int h = 0; h < c->layers[layer].n_heads; h++)
+        if (c->layers[layer].heads[h].n_rows > rows) rows = c->layers[layer].heads[h].n_rows;
+    return rows;
+}
+/* Keys and values of a head as n_rows x dim floats in place when the cache
+ * is f32; NULL for an f16 cache (read a copy with pkv_kvcache_read_k/v). */
+static inline const float *pkv_kvcache_head_k_f32(const pkv_kvcache *c, int layer, int head) {
+    return c->type == PKV_CACHE_F32 ? (const float *)c->layers[layer].heads[head].k : NULL;
+}
+static inline const float *pkv_kvcache_head_v_f32(const pkv_kvcache *c, int layer, int head) {
+    return c->type == PKV_CACHE_F32 ? (const float *)c->layers[layer].heads[head].v : NULL;
+}
 
 static inline const void *pkv_kv_key(const pkv_kvcache *c, const pkv_kv_layer *l,
                                      const pkv_kv_head *h, int row) {

@@ -13,10 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "promptkv.h"
 #include "base/error.h"
 #include "base/prng.h"
-#include "engine/sampler.h"
+#include "promptkv.h"
 
 struct pkv_sampler {
     pkv_sampler_params p;

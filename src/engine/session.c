@@ -1,21 +1,18 @@
-/* The public API: sessions, prefill, decode, tokenizer and chat wrappers. */
+/* The public API of a session: create, prefill, copy, decode, evaluate, and what its cache holds. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
+#include "engine/compress.h"
+#include "engine/forward.h"
 #include "engine/session.h"
+#include "engine/state.h"
 
 void pkv_session_opts_default(pkv_session_opts *opts) {
     memset(opts, 0, sizeof *opts);
     opts->n_batch = 512;
     opts->cache_type = PKV_CACHE_F16;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, pkv_error *err) {
@@ -136,47 +133,54 @@ static int check_context(const pkv_session *s, int n, pkv_error *err) {
     return 0;
 }
 
-/* Cache bytes now, and what the full cache would hold after n_pos tokens (in
- * the session's cache type, positions included). */
+/* Cache bytes now, and what the cache would hold after n_pos tokens without
+ * compression (positions included): every row of a full-attention layer, and
+ * a sliding-window layer's rows as they are (no press touches them, and the
+ * cache drops rows that left the window lazily, so they can exceed it). */
 static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats *stats) {
-    stats->cache_bytes = pkv_kvcache_bytes(&s->cache);
-    uint64_t per_row_overhead = sizeof(int32_t) * (uint64_t)s->model->hp.n_head_kv;
-    uint64_t full = pkv_model_kv_bytes_full(s->model, n_pos, s->cache.elem_bytes);
+    const pkv_kvcache *c = &s->cache;
+    stats->cache_bytes = pkv_kvcache_bytes(c);
+    uint64_t full = 0;
     for (int il = 0; il < s->model->hp.n_layer; il++) {
-        int rows = n_pos;
-        if (!pkv_layer_is_full(s->model, il) && rows > s->model->hp.sliding_window) rows = s->model->hp.sliding_window;
-        full += per_row_overhead * (uint64_t)rows;
+        uint64_t rows = pkv_layer_is_full(s->model, il) ? (uint64_t)s->model->hp.n_head_kv * n_pos
+                                                        : (uint64_t)pkv_kvcache_layer_rows(c, il);
+        full += rows * pkv_kvcache_row_bytes(c, il);
     }
     stats->cache_bytes_full = full;
 }
 
 /* A press compresses the first prefill of a session, and every later one in
  * recompress mode; otherwise later turns are appended uncompressed, as the
- * official SnapKV code does (algorithms.md D.5). */
+ * official SnapKV code does (docs/presses.md D.5). */
 static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
     if (!press || !press->ops) return false;
     return s->n_pos == 0 || press->mode == PKV_MODE_RECOMPRESS;
 }
 
-int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
-                pkv_error *err) {
+int pkv_session_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, bool apply_press,
+                        pkv_prefill_stats *stats, pkv_error *err) {
     pkv_error_clear(err);
     if (check_context(s, n, err)) return -1;
     if (press && pkv_press_cfg_check(press, err)) return -1;
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     int pos0 = s->n_pos;
-    pkv_forward_stats fs;
+    pkv_compress_stats fs;
     pkv_probe_cfg keep = {.window = s->opts.keep_press_window, .attn_sums = s->opts.keep_attn_sums};
-    if (pkv_forward(s, tokens, n, press_applies(s, press) ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
+    if (pkv_forward(s, tokens, n, apply_press ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->n_prompt = n;
-        stats->prefill_seconds = now_seconds() - t0;
+        stats->prefill_seconds = pkv_now_seconds() - t0;
         stats->press_seconds = fs.press_seconds;
         stats->compressed = fs.compressed;
         fill_cache_stats(s, pos0 + n, stats);
     }
     return 0;
+}
+
+int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
+                pkv_error *err) {
+    return pkv_session_prefill(s, tokens, n, press, press_applies(s, press), stats, err);
 }
 
 int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press, pkv_prefill_stats *stats,
@@ -194,26 +198,26 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
             return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_attn_sums in the source session", press->ops->name);
     }
     if (src->broken) return pkv_fail(err, PKV_ERR_ARG, "the source session stopped midway in its last call");
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     dst->broken = true;
     if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
     dst->n_pos = src->n_pos;
     memcpy(dst->logits, src->logits, (size_t)src->model->hp.n_vocab * sizeof(float));
     dst->probes_ok = false;
-    pkv_forward_stats fs = {0};
+    pkv_compress_stats fs = {0};
     if (press && press->ops) {
         for (int il = 0; il < src->model->hp.n_layer; il++) {
             if (!pkv_layer_is_full(src->model, il)) continue;
             if (src->probes[il].window < press->window && src->probes[il].window < src->probes[il].n_new)
                 return pkv_fail(err, PKV_ERR_ARG, "the source kept %d window queries; press window %d needs more",
                                 src->probes[il].window, press->window);
-            if (pkv_press_layer(dst, &src->probes[il], press, il, &fs, err)) return -1;
+            if (pkv_compress_layer(dst, &src->probes[il], press, il, &fs, err)) return -1;
         }
     }
     dst->broken = false;
     if (stats) {
         memset(stats, 0, sizeof *stats);
-        stats->prefill_seconds = now_seconds() - t0;
+        stats->prefill_seconds = pkv_now_seconds() - t0;
         stats->press_seconds = fs.press_seconds;
         stats->compressed = fs.compressed;
         fill_cache_stats(dst, dst->n_pos, stats);
@@ -221,24 +225,28 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
     return 0;
 }
 
-int pkv_session_n_layers(const pkv_session *s) { return s->cache.n_layers; }
+uint64_t pkv_session_mem_bytes(const pkv_session *s) { return pkv_kvcache_alloc_bytes(&s->cache) + pkv_session_work_bytes(s); }
+
+uint64_t pkv_session_peak_mem_bytes(const pkv_session *s) { return s->peak_mem; }
+
+int pkv_session_n_layers(const pkv_session *s) { return pkv_kvcache_n_layers(&s->cache); }
 
 bool pkv_session_layer_is_full(const pkv_session *s, int layer) {
-    return layer >= 0 && layer < s->cache.n_layers && pkv_layer_is_full(s->model, layer);
+    return layer >= 0 && layer < pkv_kvcache_n_layers(&s->cache) && pkv_layer_is_full(s->model, layer);
 }
 
 int pkv_session_n_heads(const pkv_session *s, int layer) {
-    return layer >= 0 && layer < s->cache.n_layers ? s->cache.layers[layer].n_heads : 0;
+    return layer >= 0 && layer < pkv_kvcache_n_layers(&s->cache) ? pkv_kvcache_n_heads(&s->cache, layer) : 0;
 }
 
 int pkv_session_head_rows(const pkv_session *s, int layer, int head) {
     if (head < 0 || head >= pkv_session_n_heads(s, layer)) return 0;
-    return s->cache.layers[layer].heads[head].n_rows;
+    return pkv_kvcache_head_rows(&s->cache, layer, head);
 }
 
 int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *out, int max) {
     int n = pkv_session_head_rows(s, layer, head);
-    const int32_t *pos = n ? s->cache.layers[layer].heads[head].pos : NULL;
+    const int32_t *pos = n ? pkv_kvcache_head_pos(&s->cache, layer, head) : NULL;
     for (int i = 0; i < n && i < max; i++) out[i] = pos[i];
     return n;
 }
@@ -267,29 +275,3 @@ int pkv_eval(pkv_session *s, const int32_t *tokens, int n, pkv_logits_fn fn, voi
     eval_ctx e = {fn, user};
     return pkv_forward(s, tokens, n, NULL, NULL, eval_row, &e, NULL, err);
 }
-
-/* ---------------------------------------------------------------- tokenizer wrappers */
-
-int pkv_tokenize(const pkv_model *m, const char *text, size_t len, bool add_special, bool parse_special,
-                 int32_t *tokens, int max_tokens, pkv_error *err) {
-    return pkv_tokenizer_encode(m->tok, text, len, add_special, parse_special, tokens, max_tokens, err);
-}
-
-int pkv_token_to_piece(const pkv_model *m, int32_t token, bool render_special, char *buf, int buf_len) {
-    return pkv_tokenizer_piece(m->tok, token, render_special, buf, buf_len);
-}
-
-int32_t pkv_token_bos(const pkv_model *m) { return pkv_tokenizer_bos(m->tok); }
-int32_t pkv_token_eos(const pkv_model *m) { return pkv_tokenizer_eos(m->tok); }
-bool pkv_token_is_eog(const pkv_model *m, int32_t token) { return pkv_tokenizer_is_eog(m->tok, token); }
-int pkv_n_vocab(const pkv_model *m) { return m->hp.n_vocab; }
-
-int pkv_chat_format(const pkv_model *m, const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
-                    int *system_end, pkv_error *err) {
-    if (m->chat == PKV_CHAT_NONE)
-        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "model '%s' (%s) has no known chat format", m->name, m->arch_name);
-    return pkv_chat_render(m->chat, m->tok, m->has_chat_system ? m->chat_system : NULL, messages, n_messages, buf,
-                           buf_len, system_end, err);
-}
-
-bool pkv_model_has_chat_template(const pkv_model *m) { return m->has_chat_template; }

@@ -3,6 +3,8 @@
  * engines can be compared on the same file): chunks of n_ctx tokens, each from
  * an empty cache with BOS in front, the second half of each chunk scored.
  */
+#include "eval/perplexity.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

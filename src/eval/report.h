@@ -1,5 +1,5 @@
 /*
- * The summary of a results.jsonl (evaluation.md §5.2 "Reporting", §2.3):
+ * The summary of a results.jsonl (docs/evaluation.md §5.2 "Reporting", §2.3):
  *   summary.md       per mode: score per task (0-100) for every config, the
  *                    average, relative retention against the full cache
  *                    (tasks where the full cache scores >= 50), needle

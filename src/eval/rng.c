@@ -1,4 +1,4 @@
-/* FNV-1a-64 seeds and the draws built on xoshiro256** (src/prng.c). See rng.h. */
+/* FNV-1a-64 seeds and the draws built on xoshiro256** (src/base/prng.c). See rng.h. */
 #include "eval/rng.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * The evaluation's random numbers (evaluation.md §0.5): xoshiro256** seeded
+ * The evaluation's random numbers (docs/evaluation.md §0.5): xoshiro256** seeded
  * through splitmix64, one stream per (task, length, sample). Every draw the
  * generators make goes through the few functions below, so an independent
  * implementation (tools/eval-golden.py) reproduces the prompts byte for byte.

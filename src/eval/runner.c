@@ -5,22 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "eval/score.h"
 #include "eval/text.h"
-#include "engine/sampler.h"
-#include "press/press.h"
 
 const char *pkv_eval_mode_name(pkv_eval_mode mode) {
     return mode == PKV_EVAL_QUERY_AWARE ? "query_aware" : "query_agnostic";
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---------------------------------------------------------------- configurations */
@@ -380,85 +372,95 @@ static int measure_cache(pkv_eval_runner *r, const int32_t *needle, int n_needle
     return 0;
 }
 
-/* Greedy decoding from r->work's state (on r->tmp); with agreement
- * bookkeeping against the full cache when a is not NULL, or recording the
- * full cache's continuation when record is set. */
-static int greedy(pkv_eval_runner *r, const pkv_eval_task *task, bool record, agree_acc *a, pkv_eval_result *res,
+/* The item's request in a mode: its prompt as the protocol lays it out
+ * (pkv_prompt_tokenize), greedy decoding of the task's answer. */
+static void item_request(const pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item,
+                         pkv_eval_mode mode, pkv_request *req) {
+    pkv_request_init(req);
+    req->prompt = (pkv_prompt_parts){.context = item->context,
+                                     .question = item->question,
+                                     .answer_prefix = item->answer_prefix,
+                                     .chat = r->opts.chat};
+    req->mode = mode == PKV_EVAL_QUERY_AWARE ? PKV_MODE_QUERY_AWARE : PKV_MODE_QUERY_AGNOSTIC;
+    req->max_tokens = task->max_new_tokens;
+    req->stop_at_newline = task->stop_newline;
+}
+
+/* What the greedy decode of one config records, token by token: the full
+ * cache's continuation and log-probabilities (record), or the agreement with
+ * them (a). */
+typedef struct {
+    pkv_eval_runner *r;
+    bool record;
+    agree_acc *a;
+    int *diverged;
+    int n_tok;
+    pkv_sbuf *text;
+} greedy_watch;
+
+static bool greedy_token(void *user, const pkv_token_event *ev) {
+    greedy_watch *w = user;
+    pkv_eval_runner *r = w->r;
+    if (ev->token >= 0) {
+        int step = ev->index;
+        if (w->record && step < r->opts.agree_k) log_softmax(ev->logits, r->n_vocab, r->full_logp + (size_t)step * r->n_vocab);
+        if (w->a && *w->diverged < 0 && step < w->a->k_eff) {
+            agree_step(w->a, step, ev->logits);
+            if (ev->token != r->full_tokens[step]) *w->diverged = step;
+        }
+        if (w->record) r->full_tokens[w->n_tok++] = ev->token;
+    }
+    pkv_sbuf_add(w->text, ev->text, ev->text_len);
+    return true;
+}
+
+/* Greedy decoding from r->work's state (on r->tmp). */
+static int greedy(pkv_eval_runner *r, const pkv_request *req_in, bool record, agree_acc *a, pkv_eval_result *res,
                   pkv_sbuf *text, int *diverged, pkv_error *err) {
-    const pkv_model *m = r->model;
     if (pkv_session_copy(r->tmp, r->work, NULL, NULL, err)) return -1;
     *diverged = -1;
-    int cap = task->max_new_tokens, n_tok = 0;
-    int32_t *toks = record ? realloc(r->full_tokens, (size_t)(cap + 1) * sizeof *toks) : NULL;
     if (record) {
+        int32_t *toks = realloc(r->full_tokens, (size_t)(req_in->max_tokens + 1) * sizeof *toks);
         if (!toks) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
         r->full_tokens = toks;
     }
-    char piece[256];
-    for (int step = 0;; step++) {
-        const float *logits = pkv_logits(r->tmp);
-        int32_t tok = pkv_logits_argmax(logits, r->n_vocab);
-        if (tok < 0)
-            return pkv_fail(err, PKV_ERR_NUMERIC, "non-finite logits at step %d: no logit is a finite number", step);
-        if (record && step < r->opts.agree_k) log_softmax(logits, r->n_vocab, r->full_logp + (size_t)step * r->n_vocab);
-        if (a && *diverged < 0 && step < a->k_eff) {
-            agree_step(a, step, logits);
-            if (tok != r->full_tokens[step]) *diverged = step;
-        }
-        if (record) toks[n_tok++] = tok;
-        if (pkv_token_is_eog(m, tok)) break;
-        int len = pkv_token_to_piece(m, tok, false, piece, sizeof piece);
-        if (len < 0) len = 0;
-        if (task->stop_newline && memchr(piece, '\n', (size_t)len)) {
-            bool has_text = false;
-            for (size_t i = 0; i < text->len && !has_text; i++)
-                has_text = text->data[i] != ' ' && text->data[i] != '\n';
-            if (has_text) {
-                pkv_sbuf_add(text, piece, (size_t)((char *)memchr(piece, '\n', (size_t)len) - piece));
-                res->n_gen++;
-                break;
-            }
-        }
-        pkv_sbuf_add(text, piece, (size_t)len);
-        res->n_gen++;
-        if (res->n_gen >= cap) break;
-        double t0 = now_seconds();
-        if (pkv_decode(r->tmp, tok, err)) return -1;
-        res->decode_seconds += now_seconds() - t0;
-        res->n_decoded++;
-    }
-    if (record) r->n_full = n_tok;
+    greedy_watch w = {r, record, a, diverged, 0, text};
+    pkv_request req = *req_in;
+    req.on_token = greedy_token;
+    req.user = &w;
+    pkv_request_stats st;
+    if (pkv_generate(r->tmp, &req, &st, err)) return -1;
+    if (st.finish == PKV_FINISH_CONTEXT) return -1; /* err says why */
+    res->n_gen = st.n_generated;
+    res->n_decoded = st.n_decoded;
+    res->decode_seconds = st.decode_seconds;
+    if (record) r->n_full = w.n_tok;
     if (text->failed) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
     return 0;
 }
 
-/* The item's tokens: the context part (the chat template's head and the
- * context, or BOS and the context), then question and the rest (template
- * tail, answer prefix), as pkv_prompt_tokenize lays them out. */
+/* The item's tokens as the request feeds them, the gold continuation's and
+ * the needle's positions. */
 typedef struct {
-    int32_t *ctx, *q, *ref, *needle; /* q: question tokens then the tokens after them */
-    int n_ctx, n_q, n_question, n_ref, n_needle;
+    pkv_request_prompt rp;
+    int32_t *ref, *needle;
+    int n_ref, n_needle;
 } item_tokens;
 
 static void item_tokens_free(item_tokens *t) {
-    free(t->ctx);
-    free(t->q);
+    pkv_request_prompt_free(&t->rp);
     free(t->ref);
     free(t->needle);
 }
 
-int pkv_eval_item_tokens(const pkv_model *m, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *pt,
-                         int32_t **needle, int *n_needle, pkv_error *err) {
-    *needle = NULL;
+/* The needle's token positions in the prompt pt: its spans are byte offsets
+ * into the context text, mapped on the context's own tokens, then shifted
+ * past the template head (or BOS). */
+static int map_needles(const pkv_model *m, const pkv_eval_item *item, const pkv_prompt_tokens *pt, int32_t **needle,
+                       int *n_needle, pkv_error *err) {
     *n_needle = 0;
-    if (item_prompt(m, chat, item, pt, err)) return -1;
     *needle = malloc((size_t)(pt->context_end + 1) * sizeof **needle);
-    if (!*needle) {
-        pkv_prompt_tokens_free(pt);
-        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    }
-    /* needle spans are byte offsets into the context text: map them on the
-     * context's own tokens, then shift past the template head (or BOS) */
+    if (!*needle) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
     int rc = pkv_eval_needle_positions(m, item->context, pt->tokens + pt->context_begin,
                                        pt->context_end - pt->context_begin, item->needles, item->n_needles, *needle,
                                        pt->context_end, n_needle, err);
@@ -467,54 +469,45 @@ int pkv_eval_item_tokens(const pkv_model *m, bool chat, const pkv_eval_item *ite
     if (rc) {
         free(*needle);
         *needle = NULL;
-        pkv_prompt_tokens_free(pt);
     }
     return rc;
 }
 
-static int tokenize_item(const pkv_model *m, bool chat, const pkv_eval_item *item, item_tokens *t, pkv_error *err) {
-    memset(t, 0, sizeof *t);
-    pkv_prompt_tokens pt;
-    if (pkv_eval_item_tokens(m, chat, item, &pt, &t->needle, &t->n_needle, err)) return -1;
-    t->n_ctx = pt.context_end;
-    t->n_question = pt.question_end - pt.context_end;
-    t->n_q = pt.n_tokens - pt.context_end;
-    t->ctx = malloc((size_t)(t->n_ctx + 1) * sizeof *t->ctx);
-    t->q = malloc((size_t)(t->n_q + 1) * sizeof *t->q);
-    if (!t->ctx || !t->q) {
-        pkv_prompt_tokens_free(&pt);
-        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+int pkv_eval_item_tokens(const pkv_model *m, bool chat, const pkv_eval_item *item, pkv_prompt_tokens *pt,
+                         int32_t **needle, int *n_needle, pkv_error *err) {
+    *needle = NULL;
+    *n_needle = 0;
+    if (item_prompt(m, chat, item, pt, err)) return -1;
+    if (map_needles(m, item, pt, needle, n_needle, err)) {
+        pkv_prompt_tokens_free(pt);
+        return -1;
     }
-    memcpy(t->ctx, pt.tokens, (size_t)t->n_ctx * sizeof *t->ctx);
-    if (t->n_q) memcpy(t->q, pt.tokens + pt.context_end, (size_t)t->n_q * sizeof *t->q);
-    pkv_prompt_tokens_free(&pt);
+    return 0;
+}
+
+static int tokenize_item(const pkv_model *m, const pkv_request *req, const pkv_eval_item *item, item_tokens *t,
+                         pkv_error *err) {
+    memset(t, 0, sizeof *t);
+    if (pkv_request_tokenize(m, req, &t->rp, err)) return -1;
+    if (map_needles(m, item, &t->rp.prompt, &t->needle, &t->n_needle, err)) return -1;
     t->n_ref = segment_tokens(m, item->reference, &t->ref, err);
     return t->n_ref < 0 ? -1 : 0;
 }
 
-/* Tokens compressed in a mode (evaluation.md §0.1): the context, plus the
- * question in query-aware mode; the rest is fed after compression. */
-static int compressed_tokens(const item_tokens *t, pkv_eval_mode mode) {
-    return t->n_ctx + (mode == PKV_EVAL_QUERY_AWARE ? t->n_question : 0);
-}
-
-/* The shared prefill of an item in a mode. */
 static bool stop_requested(const pkv_eval_runner *r) { return r->opts.stop && *r->opts.stop; }
 
-static int prefill_source(pkv_eval_runner *r, const item_tokens *t, pkv_eval_mode mode, double *seconds,
+/* The shared prefill of an item in a mode: the part the mode compresses,
+ * without a press, into the source every config copies. */
+static int prefill_source(pkv_eval_runner *r, const pkv_request *req, const item_tokens *t, double *seconds,
                           pkv_error *err) {
     pkv_session_reset(r->src);
     /* the reset clears an interrupt that arrived before it */
     if (stop_requested(r)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted");
-    int n = compressed_tokens(t, mode);
-    int32_t *all = malloc((size_t)(n > 0 ? n : 1) * sizeof *all);
-    if (!all) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    memcpy(all, t->ctx, (size_t)t->n_ctx * sizeof *all);
-    if (n > t->n_ctx) memcpy(all + t->n_ctx, t->q, (size_t)(n - t->n_ctx) * sizeof *all);
-    pkv_prefill_stats ps = {0};
-    int rc = pkv_prefill(r->src, all, n, NULL, &ps, err);
-    free(all);
-    *seconds = ps.prefill_seconds;
+    pkv_request unpressed = *req;
+    unpressed.press = NULL;
+    pkv_request_stats st = {0};
+    int rc = pkv_request_prefill_compressed(r->src, &unpressed, &t->rp, NULL, &st, err);
+    *seconds = st.press.prefill_seconds;
     return rc;
 }
 
@@ -537,41 +530,40 @@ static int reuse_full(pkv_eval_runner *r, pkv_eval_result *res) {
 }
 
 /* One config: copy + compress, question, decode, metrics. */
-static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_eval_item *item, const item_tokens *t,
-                      pkv_eval_mode mode, const pkv_eval_config *c, bool is_full, pkv_eval_result *res,
-                      pkv_error *err) {
+static int run_config(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_request *item_req,
+                      const pkv_eval_item *item, const item_tokens *t, pkv_eval_mode mode, const pkv_eval_config *c,
+                      bool is_full, pkv_eval_result *res, pkv_error *err) {
+    const pkv_prompt_tokens *pt = &t->rp.prompt;
     res->mode = mode;
     res->config = c;
     res->pass = -1;
-    res->n_context = t->n_ctx;
-    res->n_question = t->n_question;
-    res->n_prefix = t->n_q - t->n_question;
-    res->n_compressible = compressed_tokens(t, mode);
+    res->n_context = pt->context_end;
+    res->n_question = pt->question_end - pt->context_end;
+    res->n_prefix = pt->n_tokens - pt->question_end;
+    res->n_compressible = t->rp.n_compressed;
     res->n_needle_tokens = t->n_needle;
     res->needle_positions = t->needle;
     res->n_ref = t->n_ref;
-    pkv_prefill_stats cs;
-    if (pkv_session_copy(r->work, r->src, is_full ? NULL : c->cfg, &cs, err)) return -1;
-    res->copy_seconds = cs.prefill_seconds;
-    res->press_seconds = cs.press_seconds;
-    res->cache_bytes = cs.cache_bytes;
-    res->cache_bytes_full = cs.cache_bytes_full;
+    pkv_request req = *item_req;
+    req.press = is_full ? NULL : c->cfg;
+    pkv_request_stats st = {0};
+    if (pkv_request_prefill_compressed(r->work, &req, &t->rp, r->src, &st, err)) return -1;
+    res->copy_seconds = st.press.prefill_seconds;
+    res->press_seconds = st.press.press_seconds;
+    res->cache_bytes = st.press.cache_bytes;
+    res->cache_bytes_full = st.press.cache_bytes_full;
     bool unchanged = false;
     if (measure_cache(r, t->needle, t->n_needle, res, &unchanged, err)) return -1;
     if (!is_full && unchanged) return reuse_full(r, res) ? pkv_fail(err, PKV_ERR_NOMEM, "out of memory") : 0;
     /* what was not compressed goes on top: question and answer prefix, or the answer prefix */
-    int fed = compressed_tokens(t, mode) - t->n_ctx;
-    if (t->n_q > fed) {
-        pkv_prefill_stats qs;
-        if (pkv_prefill(r->work, t->q + fed, t->n_q - fed, NULL, &qs, err)) return -1;
-        res->question_seconds = qs.prefill_seconds;
-    }
+    if (pkv_request_prefill_rest(r->work, &t->rp, &st, err)) return -1;
+    res->question_seconds = st.rest_seconds;
     pkv_sbuf text = {0};
     pkv_sbuf_add(&text, "", 0);
     int diverged = -1;
     agree_acc acc = {.r = r, .k_eff = 0};
     if (!is_full) acc.k_eff = r->n_full < r->opts.agree_k ? r->n_full : r->opts.agree_k;
-    if (greedy(r, task, is_full, is_full ? NULL : &acc, res, &text, &diverged, err)) {
+    if (greedy(r, &req, is_full, is_full ? NULL : &acc, res, &text, &diverged, err)) {
         pkv_sbuf_free(&text);
         return -1;
     }
@@ -619,13 +611,15 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
     pkv_error_clear(err);
     if (n_configs < 1 || strcmp(configs[0].press, "none"))
         return pkv_fail(err, PKV_ERR_ARG, "the first configuration must be the full cache (press none)");
+    pkv_request req;
+    item_request(r, task, item, mode, &req);
     item_tokens t;
-    if (tokenize_item(r->model, r->opts.chat, item, &t, err)) {
+    if (tokenize_item(r->model, &req, item, &t, err)) {
         item_tokens_free(&t);
         return -1;
     }
     double prefill_seconds = 0;
-    int rc = prefill_source(r, &t, mode, &prefill_seconds, err);
+    int rc = prefill_source(r, &req, &t, &prefill_seconds, err);
     for (int i = 0; i < n_configs && rc == 0; i++) {
         if (i > 0 && skip && skip[i]) continue;
         if (stop_requested(r)) {
@@ -634,7 +628,7 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
         }
         pkv_eval_result res = {0};
         res.prefill_seconds = prefill_seconds;
-        rc = run_config(r, task, item, &t, mode, &configs[i], i == 0, &res, err);
+        rc = run_config(r, task, &req, item, &t, mode, &configs[i], i == 0, &res, err);
         if (rc == 0 && !(skip && skip[i])) rc = emit(user, &res, err);
         result_free(&res);
     }

@@ -1,5 +1,5 @@
 /*
- * Running one item under many presses (evaluation.md §5 "key efficiency
+ * Running one item under many presses (docs/evaluation.md §5 "key efficiency
  * trick"): the prompt is prefilled once into a session that keeps the press
  * window's queries; every configuration is then a copy of that cache
  * compressed by its press (pkv_session_copy), and only decoding repeats.
@@ -8,7 +8,7 @@
  *                   question + answer prefix uncompressed, decode.
  *   query_aware:    prefill context + question; per config copy + compress,
  *                   prefill the answer prefix uncompressed, decode.
- * (evaluation.md §0.1: the answer prefix is never compressed; L is the
+ * (docs/evaluation.md §0.1: the answer prefix is never compressed; L is the
  * context, or context + question.)
  *
  * Both modes feed the same tokens: the context tokenized with BOS, then the

@@ -1,5 +1,5 @@
 /*
- * Scoring (evaluation.md §1.7, §2.2, §2.4): RULER's postprocessing and
+ * Scoring (docs/evaluation.md §1.7, §2.2, §2.4): RULER's postprocessing and
  * substring metrics, LongEval's first integer, ROUGE-1 recall for
  * NIAH-classic. Every score is in [0, 1]; reports multiply by 100.
  */

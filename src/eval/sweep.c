@@ -8,18 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "eval/json.h"
 #include "eval/text.h"
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---------------------------------------------------------------- units and keys */
 
@@ -590,7 +584,7 @@ static int emit_row(void *user, const pkv_eval_result *res, pkv_error *err) {
     free(line);
     if (rc) return -1;
     e->prog->done++;
-    e->prog->elapsed = now_seconds() - e->t0;
+    e->prog->elapsed = pkv_now_seconds() - e->t0;
     e->prog->last = res;
     if (e->opts->progress) e->opts->progress(e->opts->user, e->prog);
     if (e->opts->stop && *e->opts->stop) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted");
@@ -669,7 +663,7 @@ int pkv_eval_sweep(const pkv_eval_plan *plan, const pkv_eval_sweep_opts *opts, p
         if (!runner || pkv_jsonl_open(&w, opts->rows_path, err)) rc = -1;
     }
     if (opts->running) *opts->running = runner;
-    double t0 = now_seconds();
+    double t0 = pkv_now_seconds();
     for (int i = opts->rank; i < n_units && rc == 0 && prog.total > 0; i += opts->n_ranks) {
         int u = order[i];
         bool any = false;

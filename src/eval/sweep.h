@@ -1,6 +1,6 @@
 /*
  * A sweep: every (task, length, sample[, depth]) unit, in every mode, under
- * every configuration, one JSON line per result (evaluation.md §5).
+ * every configuration, one JSON line per result (docs/evaluation.md §5).
  *
  * Files of an output directory:
  *   results.jsonl        one line per (unit, mode, config), appended and

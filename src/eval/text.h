@@ -1,7 +1,7 @@
 /*
  * Text pieces of the offline evaluation: a growable string, the shipped word
  * lists, the seeded "essay-synthetic" prose generator and the sentence
- * splitter (evaluation.md §1.9).
+ * splitter (docs/evaluation.md §1.9).
  */
 #ifndef PKV_EVAL_TEXT_H
 #define PKV_EVAL_TEXT_H
@@ -41,7 +41,7 @@ extern const char *const pkv_words_verbs[];
 extern const int pkv_words_n_verbs;
 
 /* The union of the three lists, de-duplicated and sorted (the CWE pool,
- * evaluation.md §1.5): a malloc'd array of pointers into the lists; NULL on
+ * docs/evaluation.md §1.5): a malloc'd array of pointers into the lists; NULL on
  * allocation failure. */
 const char **pkv_words_pool(int *n);
 
@@ -62,7 +62,7 @@ typedef struct {
     int begin, end; /* bytes [begin, end) of the text, terminator included */
 } pkv_byte_span;
 
-/* Our sentence splitter (evaluation.md §1.9): a sentence ends at '.', '?' or
+/* Our sentence splitter (docs/evaluation.md §1.9): a sentence ends at '.', '?' or
  * '!' followed by a space, or at the end of the text; the spaces between
  * sentences belong to none. Returns the count and a malloc'd array in *out
  * (NULL when the text is empty or allocation fails; -1 then). */

@@ -1,5 +1,5 @@
 /*
- * GGUF reader and writer (engine-notes.md §1).
+ * GGUF reader (docs/engine.md §1); the writer is gguf_write.c.
  *
  * Reader: the whole file is mapped read-only; keys, string arrays and tensor
  * infos are copied into small owned arrays, everything else points into the
@@ -26,102 +26,9 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "format/gguf_format.h"
 
-/* ------------------------------------------------------------ format facts */
-
-enum {
-    GGUF_MAGIC_LE = 0x46554747, /* "GGUF" read as a little-endian u32 (§1.1) */
-    GGUF_VERSION_MAX = 3,
-    GGUF_MAX_KEY = 65535,       /* §1.1 */
-    GGML_TYPE_COUNT = 43,       /* ggml's GGML_TYPE_COUNT (§1.3) */
-    /* smallest encodings, used to bound counts before allocating:
-     * kv = key length u64 + 1 key byte + type u32 + 1 value byte;
-     * tensor info = name length u64 (empty name) + n_dims u32 + one dim u64
-     *               + type u32 + offset u64 */
-    MIN_KV_BYTES = 8 + 1 + 4 + 1,
-    MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8,
-    MIN_STRING_BYTES = 8
-};
-
-/* Encoded size of each scalar value type; 0 for STRING and ARRAY (§1.2). */
-static const uint8_t vtype_size[GGUF_VT_COUNT] = {
-    [GGUF_VT_UINT8] = 1,  [GGUF_VT_INT8] = 1,   [GGUF_VT_UINT16] = 2, [GGUF_VT_INT16] = 2,
-    [GGUF_VT_UINT32] = 4, [GGUF_VT_INT32] = 4,  [GGUF_VT_FLOAT32] = 4, [GGUF_VT_BOOL] = 1,
-    [GGUF_VT_UINT64] = 8, [GGUF_VT_INT64] = 8,  [GGUF_VT_FLOAT64] = 8,
-};
-
-/* Block geometry of every ggml type id below GGML_TYPE_COUNT, from
- * ggml-common.h / ggml.c type_traits (engine-notes.md §1.3). Retired ids have
- * block_elems == 0. The table is private: the reader needs sizes only, and
- * quant.c (pkv_type_get) owns what the engine can compute. */
-typedef struct {
-    const char *name;
-    uint16_t block_elems;
-    uint16_t block_bytes;
-} type_geometry;
-
-static const type_geometry type_table[GGML_TYPE_COUNT] = {
-    [0] = {"F32", 1, 4},          [1] = {"F16", 1, 2},
-    [2] = {"Q4_0", 32, 18},       [3] = {"Q4_1", 32, 20},
-    [4] = {"Q4_2 (retired)", 0, 0}, [5] = {"Q4_3 (retired)", 0, 0},
-    [6] = {"Q5_0", 32, 22},       [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},       [9] = {"Q8_1", 32, 36},
-    [10] = {"Q2_K", 256, 84},     [11] = {"Q3_K", 256, 110},
-    [12] = {"Q4_K", 256, 144},    [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},    [15] = {"Q8_K", 256, 292},
-    [16] = {"IQ2_XXS", 256, 66},  [17] = {"IQ2_XS", 256, 74},
-    [18] = {"IQ3_XXS", 256, 98},  [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},    [21] = {"IQ3_S", 256, 110},
-    [22] = {"IQ2_S", 256, 82},    [23] = {"IQ4_XS", 256, 136},
-    [24] = {"I8", 1, 1},          [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},         [27] = {"I64", 1, 8},
-    [28] = {"F64", 1, 8},         [29] = {"IQ1_M", 256, 56},
-    [30] = {"BF16", 1, 2},
-    [31] = {"Q4_0_4_4 (retired)", 0, 0}, [32] = {"Q4_0_4_8 (retired)", 0, 0},
-    [33] = {"Q4_0_8_8 (retired)", 0, 0},
-    [34] = {"TQ1_0", 256, 54},    [35] = {"TQ2_0", 256, 66},
-    [36] = {"IQ4_NL_4_4 (retired)", 0, 0}, [37] = {"IQ4_NL_4_8 (retired)", 0, 0},
-    [38] = {"IQ4_NL_8_8 (retired)", 0, 0},
-    [39] = {"MXFP4", 32, 17},     [40] = {"NVFP4", 64, 36},
-    [41] = {"Q1_0", 128, 18},     [42] = {"Q2_0", 64, 18},
-};
-
-static bool is_pow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
-/* x rounded up to a multiple of a power of two; false on overflow. */
-static bool align_up(uint64_t x, uint64_t alignment, uint64_t *out) {
-    uint64_t sum;
-    if (__builtin_add_overflow(x, alignment - 1, &sum)) return false;
-    *out = sum & ~(alignment - 1);
-    return true;
-}
-
-/* Bytes of a tensor with nelements elements of ggml type `type` whose row
- * length is ne0; false when ne0 is not a whole number of blocks or the size
- * overflows. The type must be known and not retired. */
-static bool tensor_nbytes(uint32_t type, uint64_t ne0, uint64_t nelements, uint64_t *out) {
-    const type_geometry *g = &type_table[type];
-    if (ne0 % g->block_elems != 0) return false;
-    /* ne0 divides by the block size, so the element count does too */
-    return !__builtin_mul_overflow(nelements / g->block_elems, (uint64_t)g->block_bytes, out);
-}
-
-const char *gguf_vtype_name(gguf_vtype t) {
-    static const char *const names[GGUF_VT_COUNT] = {
-        "UINT8", "INT8",  "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
-        "BOOL",  "STRING", "ARRAY", "UINT64", "INT64",  "FLOAT64"};
-    return (unsigned)t < GGUF_VT_COUNT ? names[t] : "INVALID";
-}
-
-static bool vtype_is_unsigned(gguf_vtype t) {
-    return t == GGUF_VT_UINT8 || t == GGUF_VT_UINT16 || t == GGUF_VT_UINT32 ||
-           t == GGUF_VT_UINT64;
-}
-static bool vtype_is_signed(gguf_vtype t) {
-    return t == GGUF_VT_INT8 || t == GGUF_VT_INT16 || t == GGUF_VT_INT32 ||
-           t == GGUF_VT_INT64;
-}
-static bool vtype_is_float(gguf_vtype t) { return t == GGUF_VT_FLOAT32 || t == GGUF_VT_FLOAT64; }
+/* the format's facts: gguf_format.h */
 
 /* ------------------------------------------------------------ little-endian loads */
 
@@ -152,10 +59,10 @@ static double load_float(const uint8_t *p, gguf_vtype t) {
 
 /* Decode one packed scalar of type t at p into a value. */
 static void decode_scalar(const uint8_t *p, gguf_vtype t, gguf_value *out) {
-    unsigned n = vtype_size[t];
+    unsigned n = gguf_vtype_size[t];
     out->type = t;
-    if (vtype_is_float(t)) out->v.f = load_float(p, t);
-    else if (vtype_is_signed(t)) out->v.i = sign_extend(load_le(p, n), n);
+    if (gguf_vtype_is_float(t)) out->v.f = load_float(p, t);
+    else if (gguf_vtype_is_signed(t)) out->v.i = sign_extend(load_le(p, n), n);
     else out->v.u = load_le(p, n); /* unsigned and BOOL */
 }
 
@@ -316,7 +223,7 @@ static int read_array(cursor *c, gguf_value *val) {
     }
 
     uint64_t nbytes;
-    if (__builtin_mul_overflow(count, (uint64_t)vtype_size[elem], &nbytes) || nbytes > remaining(c))
+    if (__builtin_mul_overflow(count, (uint64_t)gguf_vtype_size[elem], &nbytes) || nbytes > remaining(c))
         return fail(c, "array count", "%llu elements of %s need more than the %llu bytes left",
                     (unsigned long long)count, gguf_vtype_name((gguf_vtype)elem),
                     (unsigned long long)remaining(c));
@@ -339,7 +246,7 @@ static int read_value(cursor *c, gguf_value *val) {
     val->type = (gguf_vtype)type;
     if (type == GGUF_VT_STRING) return read_string(c, "string length", UINT64_MAX, &val->v.str);
     if (type == GGUF_VT_ARRAY) return read_array(c, val);
-    const uint8_t *p = take(c, vtype_size[type], "value");
+    const uint8_t *p = take(c, gguf_vtype_size[type], "value");
     if (!p) return -1;
     if (type == GGUF_VT_BOOL && p[0] > 1)
         return fail(c, "value", "bool byte %u is not 0 or 1", p[0]);
@@ -400,7 +307,7 @@ static int read_alignment(cursor *c, gguf_file *f) {
              (unsigned long long)(kv - f->kv));
     if (kv->value.type != GGUF_VT_UINT32)
         return fail(c, "value type", "must be UINT32, is %s", gguf_vtype_name(kv->value.type));
-    if (!is_pow2(kv->value.v.u))
+    if (!gguf_is_pow2(kv->value.v.u))
         return fail(c, "value", "alignment %llu is not a non-zero power of two",
                     (unsigned long long)kv->value.v.u);
     f->alignment = (uint32_t)kv->value.v.u;
@@ -443,12 +350,12 @@ static int read_tensor_type(cursor *c, gguf_tensor *t, uint64_t nelements) {
     if (read_u32(c, "type", &t->type)) return -1;
     if (t->type >= GGML_TYPE_COUNT)
         return fail(c, "type", "unknown ggml type id %u (limit %d)", t->type, GGML_TYPE_COUNT - 1);
-    const type_geometry *g = &type_table[t->type];
+    const gguf_type_geometry *g = &gguf_type_table[t->type];
     if (g->block_elems == 0) return fail(c, "type", "ggml type id %u is %s", t->type, g->name);
     if (t->ne[0] % g->block_elems != 0)
         return fail(c, "dims[0]", "%llu is not a multiple of the %s block size %u",
                     (unsigned long long)t->ne[0], g->name, g->block_elems);
-    if (!tensor_nbytes(t->type, t->ne[0], nelements, &t->nbytes))
+    if (!gguf_tensor_nbytes(t->type, t->ne[0], nelements, &t->nbytes))
         return fail(c, "dims", "size in bytes of %llu %s elements overflows",
                     (unsigned long long)nelements, g->name);
     return 0;
@@ -528,7 +435,7 @@ static int check_overlaps(cursor *c, gguf_file *f) {
 static int place_tensors(cursor *c, gguf_file *f) {
     snprintf(c->where, sizeof c->where, "data section");
     uint64_t start;
-    if (!align_up(c->pos, f->alignment, &start) || start > c->size) {
+    if (!gguf_align_up(c->pos, f->alignment, &start) || start > c->size) {
         if (f->n_tensors > 0)
             return fail(c, "start", "infos end at %llu; aligned to %u the data would start past "
                         "the end of the file (%llu bytes)", (unsigned long long)c->pos,
@@ -684,14 +591,14 @@ static int lookup(const gguf_file *f, const char *key, const gguf_value **out) {
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, pkv_error *err) {
     const gguf_value *v;
     if (lookup(f, key, &v)) return 1;
-    if (vtype_is_unsigned(v->type)) {
+    if (gguf_vtype_is_unsigned(v->type)) {
         if (v->v.u > UINT32_MAX)
             return pkv_fail(err, PKV_ERR_FORMAT, "%s: kv '%s': value %llu exceeds %u", f->path,
                             key, (unsigned long long)v->v.u, UINT32_MAX);
         *out = (uint32_t)v->v.u;
         return 0;
     }
-    if (!vtype_is_signed(v->type)) return type_error(f, key, v, "an integer", err);
+    if (!gguf_vtype_is_signed(v->type)) return type_error(f, key, v, "an integer", err);
     if (v->v.i < 0 || v->v.i > (int64_t)UINT32_MAX)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: kv '%s': value %lld outside 0..%u", f->path,
                         key, (long long)v->v.i, UINT32_MAX);
@@ -702,11 +609,11 @@ int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, pkv_error *
 int gguf_get_i64(const gguf_file *f, const char *key, int64_t *out, pkv_error *err) {
     const gguf_value *v;
     if (lookup(f, key, &v)) return 1;
-    if (vtype_is_signed(v->type)) {
+    if (gguf_vtype_is_signed(v->type)) {
         *out = v->v.i;
         return 0;
     }
-    if (!vtype_is_unsigned(v->type)) return type_error(f, key, v, "an integer", err);
+    if (!gguf_vtype_is_unsigned(v->type)) return type_error(f, key, v, "an integer", err);
     if (v->v.u > (uint64_t)INT64_MAX)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: kv '%s': value %llu exceeds INT64_MAX", f->path,
                         key, (unsigned long long)v->v.u);
@@ -718,9 +625,9 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out, pkv_error *err
     const gguf_value *v;
     if (lookup(f, key, &v)) return 1;
     double d;
-    if (vtype_is_float(v->type)) d = v->v.f;
-    else if (vtype_is_signed(v->type)) d = (double)v->v.i;
-    else if (vtype_is_unsigned(v->type)) d = (double)v->v.u;
+    if (gguf_vtype_is_float(v->type)) d = v->v.f;
+    else if (gguf_vtype_is_signed(v->type)) d = (double)v->v.i;
+    else if (gguf_vtype_is_unsigned(v->type)) d = (double)v->v.u;
     else return type_error(f, key, v, "a number", err);
     if (isfinite(d) && fabs(d) > FLT_MAX) /* NaN and infinities pass, as stored */
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: kv '%s': value %g outside the float range",
@@ -756,26 +663,26 @@ int gguf_get_arr(const gguf_file *f, const char *key, const gguf_value **out, pk
 /* Element i of a numeric (or BOOL) array as a value of its own type. */
 static gguf_value arr_elem(const gguf_value *arr, uint64_t i) {
     gguf_value e = {.type = arr->v.arr.elem_type};
-    unsigned n = vtype_size[e.type];
+    unsigned n = gguf_vtype_size[e.type];
     if (n) decode_scalar(arr->v.arr.data + i * n, e.type, &e);
     return e;
 }
 
 int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i) {
     gguf_value e = arr_elem(arr, i);
-    if (vtype_is_signed(e.type)) return e.v.i;
-    if (vtype_is_float(e.type)) /* truncated; out-of-range values saturate */
+    if (gguf_vtype_is_signed(e.type)) return e.v.i;
+    if (gguf_vtype_is_float(e.type)) /* truncated; out-of-range values saturate */
         return e.v.f != e.v.f ? 0 : e.v.f >= 0x1p63 ? INT64_MAX : e.v.f < -0x1p63 ? INT64_MIN
                                                                              : (int64_t)e.v.f;
-    if (vtype_size[e.type]) return (int64_t)e.v.u; /* unsigned and BOOL; > INT64_MAX wraps */
+    if (gguf_vtype_size[e.type]) return (int64_t)e.v.u; /* unsigned and BOOL; > INT64_MAX wraps */
     return 0;
 }
 
 double gguf_arr_f64(const gguf_value *arr, uint64_t i) {
     gguf_value e = arr_elem(arr, i);
-    if (vtype_is_float(e.type)) return e.v.f;
-    if (vtype_is_signed(e.type)) return (double)e.v.i;
-    if (vtype_size[e.type]) return (double)e.v.u;
+    if (gguf_vtype_is_float(e.type)) return e.v.f;
+    if (gguf_vtype_is_signed(e.type)) return (double)e.v.i;
+    if (gguf_vtype_size[e.type]) return (double)e.v.u;
     return 0.0;
 }
 
@@ -791,438 +698,3 @@ bool gguf_str_eq(gguf_str s, const char *cstr) {
     return s.len == n && (n == 0 || memcmp(s.ptr, cstr, n) == 0);
 }
 
-/* ------------------------------------------------------------ writer */
-
-typedef struct {
-    uint8_t *data;
-    size_t len, cap;
-} byte_buf;
-
-typedef struct {
-    char name[GGUF_MAX_NAME];
-    uint32_t type, n_dims;
-    uint64_t ne[GGUF_MAX_DIMS];
-    uint8_t *data;
-    uint64_t nbytes;
-} writer_tensor;
-
-struct gguf_writer {
-    byte_buf kv_bytes; /* serialised kv pairs, in insertion order */
-    uint64_t n_kv;
-    char **keys;       /* for duplicate detection */
-    writer_tensor *tensors;
-    uint64_t n_tensors, cap_tensors;
-    uint32_t alignment;
-    /* the first error of a void write_* call, reported by save */
-    pkv_status status;
-    char message[256];
-};
-
-gguf_writer *gguf_writer_new(void) {
-    gguf_writer *w = calloc(1, sizeof *w);
-    if (w) w->alignment = GGUF_DEFAULT_ALIGNMENT;
-    return w;
-}
-
-void gguf_writer_free(gguf_writer *w) {
-    if (!w) return;
-    free(w->kv_bytes.data);
-    for (uint64_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
-    free(w->keys);
-    for (uint64_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].data);
-    free(w->tensors);
-    free(w);
-}
-
-__attribute__((format(printf, 3, 4))) static void writer_fail(gguf_writer *w, pkv_status code,
-                                                              const char *fmt, ...) {
-    if (w->status != PKV_OK) return; /* keep the first error */
-    w->status = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->message, sizeof w->message, fmt, ap);
-    va_end(ap);
-}
-
-static bool buf_reserve(byte_buf *b, size_t extra) {
-    if (extra <= b->cap - b->len) return true;
-    size_t need;
-    if (__builtin_add_overflow(b->len, extra, &need)) return false;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) return false;
-        cap *= 2;
-    }
-    uint8_t *p = realloc(b->data, cap);
-    if (!p) return false;
-    b->data = p;
-    b->cap = cap;
-    return true;
-}
-
-static void put_bytes(gguf_writer *w, const void *p, size_t n) {
-    if (w->status != PKV_OK) return;
-    if (!buf_reserve(&w->kv_bytes, n)) {
-        writer_fail(w, PKV_ERR_NOMEM, "gguf writer: out of memory");
-        return;
-    }
-    if (n) memcpy(w->kv_bytes.data + w->kv_bytes.len, p, n);
-    w->kv_bytes.len += n;
-}
-
-static void store_le(uint8_t *p, uint64_t v, unsigned n) {
-    for (unsigned i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le(gguf_writer *w, uint64_t v, unsigned n) {
-    uint8_t b[8];
-    store_le(b, v, n);
-    put_bytes(w, b, n);
-}
-
-static void put_f32(gguf_writer *w, float v) {
-    uint32_t bits;
-    memcpy(&bits, &v, 4);
-    put_le(w, bits, 4);
-}
-
-static void put_string(gguf_writer *w, const char *s) {
-    size_t n = strlen(s);
-    put_le(w, n, 8);
-    put_bytes(w, s, n);
-}
-
-/* Starts a kv pair: validates the key, records it, writes it and the type.
- * Returns false (error recorded) if the pair must not be written. */
-static bool begin_kv(gguf_writer *w, const char *key, gguf_vtype type) {
-    if (w->status != PKV_OK) return false;
-    if (!key || !*key || strlen(key) > GGUF_MAX_KEY) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: key must have 1..%d bytes", GGUF_MAX_KEY);
-        return false;
-    }
-    for (uint64_t i = 0; i < w->n_kv; i++)
-        if (strcmp(w->keys[i], key) == 0) {
-            writer_fail(w, PKV_ERR_ARG, "gguf writer: duplicate key '%s'", key);
-            return false;
-        }
-    bool is_alignment = strcmp(key, "general.alignment") == 0;
-    if (is_alignment && type != GGUF_VT_UINT32) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: general.alignment must be UINT32");
-        return false;
-    }
-    char **keys = realloc(w->keys, (size_t)(w->n_kv + 1) * sizeof *keys);
-    char *copy = keys ? strdup(key) : NULL;
-    if (keys) w->keys = keys;
-    if (!copy) {
-        writer_fail(w, PKV_ERR_NOMEM, "gguf writer: out of memory");
-        return false;
-    }
-    w->keys[w->n_kv++] = copy;
-    put_string(w, key);
-    put_le(w, (uint64_t)type, 4);
-    return w->status == PKV_OK;
-}
-
-void gguf_write_u32(gguf_writer *w, const char *key, uint32_t v) {
-    /* general.alignment also sets the layout, like gguf_writer_set_alignment */
-    if (key && strcmp(key, "general.alignment") == 0 && !is_pow2(v)) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: alignment %u is not a power of two", v);
-        return;
-    }
-    if (!begin_kv(w, key, GGUF_VT_UINT32)) return;
-    if (strcmp(key, "general.alignment") == 0) w->alignment = v;
-    put_le(w, v, 4);
-}
-
-void gguf_writer_set_alignment(gguf_writer *w, uint32_t alignment) {
-    gguf_write_u32(w, "general.alignment", alignment);
-}
-
-void gguf_write_i32(gguf_writer *w, const char *key, int32_t v) {
-    if (begin_kv(w, key, GGUF_VT_INT32)) put_le(w, (uint32_t)v, 4);
-}
-
-void gguf_write_u64(gguf_writer *w, const char *key, uint64_t v) {
-    if (begin_kv(w, key, GGUF_VT_UINT64)) put_le(w, v, 8);
-}
-
-void gguf_write_f32(gguf_writer *w, const char *key, float v) {
-    if (begin_kv(w, key, GGUF_VT_FLOAT32)) put_f32(w, v);
-}
-
-void gguf_write_bool(gguf_writer *w, const char *key, bool v) {
-    if (begin_kv(w, key, GGUF_VT_BOOL)) put_le(w, v ? 1 : 0, 1);
-}
-
-void gguf_write_str(gguf_writer *w, const char *key, const char *v) {
-    if (!v) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: NULL string for key '%s'", key ? key : "");
-        return;
-    }
-    if (begin_kv(w, key, GGUF_VT_STRING)) put_string(w, v);
-}
-
-static bool begin_array(gguf_writer *w, const char *key, gguf_vtype elem, const void *v,
-                        uint64_t n) {
-    if (n > 0 && !v) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: NULL array for key '%s'", key ? key : "");
-        return false;
-    }
-    if (!begin_kv(w, key, GGUF_VT_ARRAY)) return false;
-    put_le(w, (uint64_t)elem, 4);
-    put_le(w, n, 8);
-    return w->status == PKV_OK;
-}
-
-void gguf_write_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n) {
-    for (uint64_t i = 0; v && i < n; i++)
-        if (!v[i]) {
-            writer_fail(w, PKV_ERR_ARG, "gguf writer: NULL string %llu in array '%s'",
-                        (unsigned long long)i, key ? key : "");
-            return;
-        }
-    if (!begin_array(w, key, GGUF_VT_STRING, v, n)) return;
-    for (uint64_t i = 0; i < n; i++) put_string(w, v[i]);
-}
-
-void gguf_write_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n) {
-    if (!begin_array(w, key, GGUF_VT_FLOAT32, v, n)) return;
-    for (uint64_t i = 0; i < n; i++) put_f32(w, v[i]);
-}
-
-void gguf_write_arr_i32(gguf_writer *w, const char *key, const int32_t *v, uint64_t n) {
-    if (!begin_array(w, key, GGUF_VT_INT32, v, n)) return;
-    for (uint64_t i = 0; i < n; i++) put_le(w, (uint32_t)v[i], 4);
-}
-
-static void put_str_n(gguf_writer *w, gguf_str s) {
-    put_le(w, s.len, 8);
-    put_bytes(w, s.ptr, (size_t)s.len);
-}
-
-void gguf_write_value(gguf_writer *w, const char *key, const gguf_value *v) {
-    if (!v || (unsigned)v->type >= GGUF_VT_COUNT) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: bad value for key '%s'", key ? key : "");
-        return;
-    }
-    if (v->type == GGUF_VT_UINT32 && key && strcmp(key, "general.alignment") == 0) {
-        gguf_write_u32(w, key, (uint32_t)v->v.u);
-        return;
-    }
-    if (v->type == GGUF_VT_STRING) {
-        if (begin_kv(w, key, GGUF_VT_STRING)) put_str_n(w, v->v.str);
-        return;
-    }
-    if (v->type != GGUF_VT_ARRAY) {
-        if (!begin_kv(w, key, v->type)) return;
-        uint64_t bits = vtype_is_float(v->type) ? 0 : vtype_is_signed(v->type) ? (uint64_t)v->v.i : v->v.u;
-        if (v->type == GGUF_VT_FLOAT32) {
-            put_f32(w, (float)v->v.f);
-            return;
-        }
-        if (v->type == GGUF_VT_FLOAT64) memcpy(&bits, &v->v.f, 8);
-        put_le(w, bits, vtype_size[v->type]);
-        return;
-    }
-    gguf_vtype elem = v->v.arr.elem_type;
-    uint64_t n = v->v.arr.count;
-    if ((unsigned)elem >= GGUF_VT_COUNT || elem == GGUF_VT_ARRAY ||
-        (n > 0 && (elem == GGUF_VT_STRING ? !v->v.arr.strs : !v->v.arr.data))) {
-        writer_fail(w, PKV_ERR_ARG, "gguf writer: bad array for key '%s'", key ? key : "");
-        return;
-    }
-    if (!begin_array(w, key, elem, elem == GGUF_VT_STRING ? (const void *)v->v.arr.strs : v->v.arr.data, n))
-        return;
-    if (elem == GGUF_VT_STRING)
-        for (uint64_t i = 0; i < n; i++) put_str_n(w, v->v.arr.strs[i]);
-    else if (n > SIZE_MAX / vtype_size[elem])
-        writer_fail(w, PKV_ERR_NOMEM, "gguf writer: array '%s' too large", key);
-    else
-        put_bytes(w, v->v.arr.data, (size_t)(n * vtype_size[elem])); /* packed little-endian, as read */
-}
-
-int gguf_writer_add_file(gguf_writer *w, const gguf_file *f, const char *omit_key, pkv_error *err) {
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        if (!omit_key || strcmp(f->kv[i].key, omit_key) != 0) gguf_write_value(w, f->kv[i].key, &f->kv[i].value);
-    if (w->status != PKV_OK) return pkv_fail(err, w->status, "%s", w->message);
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_tensor *t = &f->tensors[i];
-        if (gguf_write_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, err)) return -1;
-    }
-    return 0;
-}
-
-/* Checks a tensor the way the reader will, so the writer never produces a
- * file its own reader rejects. */
-static int check_tensor(const gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                        const uint64_t *ne, uint64_t nbytes, pkv_error *err) {
-    if (!name || strlen(name) >= GGUF_MAX_NAME)
-        return pkv_fail(err, PKV_ERR_ARG, "gguf writer: tensor name must be shorter than %d bytes",
-                        GGUF_MAX_NAME);
-    for (uint64_t i = 0; i < w->n_tensors; i++)
-        if (strcmp(w->tensors[i].name, name) == 0)
-            return pkv_fail(err, PKV_ERR_ARG, "gguf writer: duplicate tensor name '%s'", name);
-    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS || !ne)
-        return pkv_fail(err, PKV_ERR_ARG, "gguf writer: tensor '%s': n_dims %u outside 1..%d",
-                        name, n_dims, GGUF_MAX_DIMS);
-    if (type >= GGML_TYPE_COUNT || type_table[type].block_elems == 0)
-        return pkv_fail(err, PKV_ERR_ARG, "gguf writer: tensor '%s': unknown type %u", name, type);
-    uint64_t nelements = 1, expected;
-    for (uint32_t j = 0; j < n_dims; j++)
-        if (ne[j] > (uint64_t)INT64_MAX || __builtin_mul_overflow(nelements, ne[j], &nelements) ||
-            nelements > (uint64_t)INT64_MAX)
-            return pkv_fail(err, PKV_ERR_ARG, "gguf writer: tensor '%s': dims overflow", name);
-    if (!tensor_nbytes(type, ne[0], nelements, &expected) || expected != nbytes)
-        return pkv_fail(err, PKV_ERR_ARG,
-                        "gguf writer: tensor '%s': %llu bytes given, shape and type %s need %s",
-                        name, (unsigned long long)nbytes, type_table[type].name,
-                        ne[0] % type_table[type].block_elems ? "whole blocks per row"
-                                                              : "a different size");
-    return 0;
-}
-
-int gguf_write_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                      const uint64_t *ne, const void *data, uint64_t nbytes, pkv_error *err) {
-    if (check_tensor(w, name, type, n_dims, ne, nbytes, err)) return -1;
-    if (nbytes > 0 && !data)
-        return pkv_fail(err, PKV_ERR_ARG, "gguf writer: tensor '%s': NULL data", name);
-    if (nbytes > SIZE_MAX)
-        return pkv_fail(err, PKV_ERR_NOMEM, "gguf writer: tensor '%s' too large", name);
-    if (w->n_tensors == w->cap_tensors) {
-        uint64_t cap = w->cap_tensors ? 2 * w->cap_tensors : 16;
-        writer_tensor *p = realloc(w->tensors, (size_t)cap * sizeof *p);
-        if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "gguf writer: out of memory");
-        w->tensors = p;
-        w->cap_tensors = cap;
-    }
-    writer_tensor *t = &w->tensors[w->n_tensors];
-    memset(t, 0, sizeof *t);
-    t->data = malloc(nbytes ? (size_t)nbytes : 1);
-    if (!t->data) return pkv_fail(err, PKV_ERR_NOMEM, "gguf writer: out of memory for '%s'", name);
-    if (nbytes) memcpy(t->data, data, (size_t)nbytes);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->type = type;
-    t->n_dims = n_dims;
-    for (uint32_t j = 0; j < GGUF_MAX_DIMS; j++) t->ne[j] = j < n_dims ? ne[j] : 1;
-    t->nbytes = nbytes;
-    w->n_tensors++;
-    return 0;
-}
-
-/* Output: either a FILE or a memory buffer of known size. */
-typedef struct {
-    FILE *fp;
-    uint8_t *mem;
-    uint64_t pos;
-    bool failed;
-} sink;
-
-static void emit(sink *s, const void *p, size_t n) {
-    if (s->failed || n == 0) return;
-    if (s->fp) s->failed = fwrite(p, 1, n, s->fp) != n;
-    else memcpy(s->mem + s->pos, p, n);
-    s->pos += n;
-}
-
-static void emit_le(sink *s, uint64_t v, unsigned n) {
-    uint8_t b[8];
-    store_le(b, v, n);
-    emit(s, b, n);
-}
-
-/* x rounded up to the alignment; writer_layout has checked that the padded
- * total fits, so this cannot overflow. */
-static uint64_t pad_to(uint64_t x, uint32_t alignment) {
-    return (x + alignment - 1) & ~(uint64_t)(alignment - 1);
-}
-
-static void emit_padding(sink *s, uint32_t alignment) {
-    static const uint8_t zeros[64];
-    uint64_t target = pad_to(s->pos, alignment);
-    while (s->pos < target) {
-        uint64_t n = target - s->pos;
-        emit(s, zeros, n < sizeof zeros ? (size_t)n : sizeof zeros);
-    }
-}
-
-/* Total file size for the current contents; false on overflow. */
-static bool writer_layout(const gguf_writer *w, uint64_t *total) {
-    uint64_t pos = 4 + 4 + 8 + 8 + w->kv_bytes.len;
-    for (uint64_t i = 0; i < w->n_tensors; i++)
-        pos += 8 + strlen(w->tensors[i].name) + 4 + 8ull * w->tensors[i].n_dims + 4 + 8;
-    if (!align_up(pos, w->alignment, &pos)) return false;
-    for (uint64_t i = 0; i < w->n_tensors; i++)
-        if (__builtin_add_overflow(pos, w->tensors[i].nbytes, &pos) ||
-            !align_up(pos, w->alignment, &pos))
-            return false;
-    *total = pos;
-    return true;
-}
-
-static void emit_file(const gguf_writer *w, sink *s) {
-    emit_le(s, GGUF_MAGIC_LE, 4);
-    emit_le(s, GGUF_VERSION_MAX, 4);
-    emit_le(s, w->n_tensors, 8);
-    emit_le(s, w->n_kv, 8);
-    emit(s, w->kv_bytes.data, w->kv_bytes.len);
-    uint64_t offset = 0; /* dense, in info order, each padded (ggml's layout, §1.4) */
-    for (uint64_t i = 0; i < w->n_tensors; i++) {
-        const writer_tensor *t = &w->tensors[i];
-        size_t name_len = strlen(t->name);
-        emit_le(s, name_len, 8);
-        emit(s, t->name, name_len);
-        emit_le(s, t->n_dims, 4);
-        for (uint32_t j = 0; j < t->n_dims; j++) emit_le(s, t->ne[j], 8);
-        emit_le(s, t->type, 4);
-        emit_le(s, offset, 8);
-        offset = pad_to(offset + t->nbytes, w->alignment);
-    }
-    emit_padding(s, w->alignment);
-    for (uint64_t i = 0; i < w->n_tensors; i++) {
-        emit(s, w->tensors[i].data, (size_t)w->tensors[i].nbytes);
-        emit_padding(s, w->alignment);
-    }
-}
-
-static int writer_check(const gguf_writer *w, uint64_t *total, pkv_error *err) {
-    if (w->status != PKV_OK) return pkv_fail(err, w->status, "%s", w->message);
-    if (!writer_layout(w, total) || *total > SIZE_MAX)
-        return pkv_fail(err, PKV_ERR_LIMIT, "gguf writer: file size overflows");
-    return 0;
-}
-
-int gguf_writer_to_memory(gguf_writer *w, uint8_t **out, size_t *out_size, pkv_error *err) {
-    uint64_t total;
-    if (writer_check(w, &total, err)) return -1;
-    uint8_t *mem = malloc(total ? (size_t)total : 1);
-    if (!mem) return pkv_fail(err, PKV_ERR_NOMEM, "gguf writer: out of memory for %llu bytes",
-                              (unsigned long long)total);
-    sink s = {.mem = mem};
-    emit_file(w, &s);
-    *out = mem;
-    *out_size = (size_t)total;
-    return 0;
-}
-
-int gguf_writer_save(gguf_writer *w, const char *path, pkv_error *err) {
-    uint64_t total;
-    if (writer_check(w, &total, err)) return -1;
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return pkv_fail(err, PKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    sink s = {.fp = fp};
-    emit_file(w, &s);
-    bool ok = !s.failed && fflush(fp) == 0;
-    int e = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = false;
-        e = errno;
-    }
-    if (!ok) {
-        /* drop the partial file, but never a device or anything else that
-         * was there before */
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) remove(path);
-        return pkv_fail(err, PKV_ERR_IO, "%s: write failed: %s", path, strerror(e));
-    }
-    return 0;
-}

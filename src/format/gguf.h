@@ -1,6 +1,6 @@
 /*
  * GGUF reading (mmap, every field validated) and writing.
- * Format: engine-notes.md §1 (ggml docs/gguf.md). Versions 2 and 3 are read
+ * Format: docs/engine.md §1 (ggml docs/gguf.md). Versions 2 and 3 are read
  * (identical for little-endian files); version 3 is written.
  *
  * The reader never trusts a count, length, offset or dimension: each is
@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "format/gguf_types.h"
 #include "promptkv.h"
 
 enum {
@@ -21,23 +22,6 @@ enum {
     GGUF_MAX_NAME = 64,        /* tensor names are < 64 bytes (ggml GGML_MAX_NAME incl. NUL) */
     GGUF_DEFAULT_ALIGNMENT = 32
 };
-
-typedef enum {
-    GGUF_VT_UINT8 = 0,
-    GGUF_VT_INT8 = 1,
-    GGUF_VT_UINT16 = 2,
-    GGUF_VT_INT16 = 3,
-    GGUF_VT_UINT32 = 4,
-    GGUF_VT_INT32 = 5,
-    GGUF_VT_FLOAT32 = 6,
-    GGUF_VT_BOOL = 7,
-    GGUF_VT_STRING = 8,
-    GGUF_VT_ARRAY = 9,
-    GGUF_VT_UINT64 = 10,
-    GGUF_VT_INT64 = 11,
-    GGUF_VT_FLOAT64 = 12,
-    GGUF_VT_COUNT
-} gguf_vtype;
 
 /* A string inside the mapped file: not NUL-terminated. */
 typedef struct {
@@ -128,7 +112,6 @@ double gguf_arr_f64(const gguf_value *arr, uint64_t i);
 void gguf_str_copy(gguf_str s, char *buf, size_t buf_len);
 bool gguf_str_eq(gguf_str s, const char *cstr);
 
-const char *gguf_vtype_name(gguf_vtype t);
 
 /* ---------------------------------------------------------------- writer */
 

@@ -5,7 +5,7 @@
  */
 #include <stdbool.h>
 
-#include "kernels/cpu.h"
+#include "kernels/levels.h"
 #include "kernels/quant.h"
 
 /* ------------------------------------------------------------------ detection */

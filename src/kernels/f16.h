@@ -1,4 +1,4 @@
-/* IEEE binary16 and bfloat16 <-> float, portable and exact (engine-notes.md §2). */
+/* IEEE binary16 and bfloat16 <-> float, portable and exact (docs/engine.md §2). */
 #ifndef PKV_F16_H
 #define PKV_F16_H
 

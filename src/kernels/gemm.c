@@ -13,14 +13,14 @@
  *            acc = fma(sum_j m_j*bsum_j,                     -(dmin*da), acc)
  *   Q6_K     acc = fma(sum_j sc_j*dot_j - 32*sum_j sc_j*bsum_j,   dw*da, acc)
  *   float    acc = fma(w, x, acc)   element after element
- * These are the vec_dot formulas (engine-notes.md §2.3) with one accumulator
+ * These are the vec_dot formulas (docs/engine.md §2.3) with one accumulator
  * per output element instead of a vector of partial sums.
  */
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 #include "kernels/quant.h"
 
 /* ------------------------------------------------------------------ pack geometry */
@@ -204,7 +204,7 @@ typedef struct {
     float d, dmin;
 } kq_block;
 
-/* 6-bit scales and mins (engine-notes.md §2.2). */
+/* 6-bit scales and mins (docs/engine.md §2.2). */
 static void k_scale_min(const uint8_t *s, int j, int32_t *sc, int32_t *m) {
     if (j < 4) {
         *sc = s[j] & 63;

@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/levels.h"
 #include "kernels/quant.h"
 #include "kernels/simd_x86.h"
 

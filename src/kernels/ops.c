@@ -352,7 +352,7 @@ void pkv_silu_mul(const pkv_compute *c, float *gate, const float *up, int64_t n)
 
 /* ---------------------------------------------------------------- RoPE */
 
-/* theta_i(pos) = pos * freq_scale * base^(-2i/n_rot) / ff_i   (engine-notes.md §5.1, §5.3) */
+/* theta_i(pos) = pos * freq_scale * base^(-2i/n_rot) / ff_i   (docs/engine.md §5.1, §5.3) */
 void pkv_rope_inv_freq(const pkv_rope_params *p, float *inv_freq) {
     int half = p->n_rot / 2;
     for (int i = 0; i < half; i++) {

@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/threads.h"
 #include "kernels/quant.h"
 #include "kernels/tensor.h"
-#include "base/threads.h"
 
 typedef struct {
     const pkv_kernels *kern;
@@ -62,7 +62,7 @@ void pkv_silu_mul(const pkv_compute *c, float *gate, const float *up, int64_t n)
 /* ---------------------------------------------------------------- RoPE */
 
 typedef enum {
-    PKV_ROPE_NORM = 0, /* pairs (2i, 2i+1): llama GGUF weights (engine-notes.md §5.2) */
+    PKV_ROPE_NORM = 0, /* pairs (2i, 2i+1): llama GGUF weights (docs/engine.md §5.2) */
     PKV_ROPE_NEOX = 2  /* pairs (i, i + n_rot/2): qwen2, gemma3 */
 } pkv_rope_mode;
 

@@ -2,7 +2,7 @@
  * Weight types: the ggml type table, the scalar reference kernels
  * (dequantisation, activation quantisation, fused dot products) that the
  * SIMD files must agree with, and the reference weight quantisers.
- * Formulas: engine-notes.md §2.1/§2.2 (block layouts), §2.3 (activation
+ * Formulas: docs/engine.md §2.1/§2.2 (block layouts), §2.3 (activation
  * quantisation, integer dots).
  *
  * This file is baseline x86-64 C and must not depend on cpu.c: the GGUF
@@ -14,8 +14,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 
 /* ------------------------------------------------------------------ type table */
 
@@ -86,7 +86,7 @@ static inline int32_t round_half_even(float v) {
     return (int32_t)(bits & 0x7fffff) - 0x400000;
 }
 
-/* 6-bit scales and mins of Q4_K/Q5_K sub-blocks (engine-notes.md §2.2). */
+/* 6-bit scales and mins of Q4_K/Q5_K sub-blocks (docs/engine.md §2.2). */
 static void unpack_k_scales(const uint8_t s[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8]) {
     for (int j = 0; j < 4; j++) {
         sc[j] = s[j] & 63;
@@ -226,7 +226,7 @@ void pkv_dequant_q5_K_scalar(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* Q6_K element 128h + 32c + l (engine-notes.md §2.2): low nibble of
+/* Q6_K element 128h + 32c + l (docs/engine.md §2.2): low nibble of
  * ql[64h + 32(c&1) + l] (high nibble for c >= 2), 2 high bits from
  * qh[32h + l] >> 2c, scale scales[8h + 2c + l/16]. */
 void pkv_dequant_q6_K_scalar(const void *src, float *dst, int64_t n) {
@@ -264,7 +264,7 @@ void pkv_quantize_f32_scalar(const float *src, void *dst, int64_t n) {
 }
 
 /* Q8_0/Q8_1 scale of one 32-value block, as llama.cpp's x86 quantize_row_q8_0
- * computes it (engine-notes.md §2.3): d = amax/127 (stored as fp16), values
+ * computes it (docs/engine.md §2.3): d = amax/127 (stored as fp16), values
  * multiplied by id = 127/amax and rounded half to even. ggml's portable
  * reference instead uses 1/d and roundf; on AVX2 machines llama.cpp runs the
  * rule used here. Returns id; 0 for an all-zero block, and also when 127/amax
@@ -303,7 +303,7 @@ void pkv_quantize_q8_1_scalar(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* Q8_K (engine-notes.md §2.3, ggml quantize_row_q8_K_ref, which x86 uses):
+/* Q8_K (docs/engine.md §2.3, ggml quantize_row_q8_K_ref, which x86 uses):
  * the first element of largest magnitude, with its sign, is `max`;
  * iscale = -127/max, q = min(127, round_half_even(iscale*x)), d = 1/iscale
  * (so d < 0 when max > 0), bsums = sums of 16 quants. A block of zeros (or
@@ -340,7 +340,7 @@ void pkv_quantize_q8_K_scalar(const float *src, void *dst, int64_t n) {
 
 /* F32/F16/BF16 weights are dotted with F32 activations: the weight is
  * converted exactly and the activation is not rounded. llama.cpp rounds
- * activations to fp16/bf16 for these weights (engine-notes.md §2.3), so
+ * activations to fp16/bf16 for these weights (docs/engine.md §2.3), so
  * results are more accurate than its and differ from them in the last bits. */
 float pkv_vec_dot_f32_scalar(int64_t n, const void *weight_row, const void *act_row) {
     return pkv_dot_f32_scalar(n, weight_row, act_row);
@@ -364,7 +364,7 @@ float pkv_vec_dot_bf16_scalar(int64_t n, const void *weight_row, const void *act
 }
 
 /* Legacy blocks: integer dot per 32-block, then one float multiply-add with
- * d_w*d_a (engine-notes.md §2.3). */
+ * d_w*d_a (docs/engine.md §2.3). */
 float pkv_vec_dot_q4_0_scalar(int64_t n, const void *weight_row, const void *act_row) {
     const block_q4_0 *x = weight_row;
     const block_q8_0 *y = act_row;
@@ -446,7 +446,7 @@ float pkv_vec_dot_q8_0_scalar(int64_t n, const void *weight_row, const void *act
 }
 
 /* The min term of Q4_K/Q5_K x Q8_K: sum_j m_j * (sum of the 32 activation
- * quants of sub-block j), from the 16 bsums (engine-notes.md §2.3). */
+ * quants of sub-block j), from the 16 bsums (docs/engine.md §2.3). */
 static int32_t k_min_term(const uint8_t m[8], const int16_t bsums[16]) {
     int32_t s = 0;
     for (int j = 0; j < 8; j++) s += m[j] * (bsums[2 * j] + bsums[2 * j + 1]);
@@ -504,7 +504,7 @@ float pkv_vec_dot_q5_K_scalar(int64_t n, const void *weight_row, const void *act
 }
 
 /* Q6_K x Q8_K on the unsigned 0..63 quants; the -32 offset comes off once per
- * super-block as 32 * sum_j scale_j * bsum_j (engine-notes.md §2.3). */
+ * super-block as 32 * sum_j scale_j * bsum_j (docs/engine.md §2.3). */
 float pkv_vec_dot_q6_K_scalar(int64_t n, const void *weight_row, const void *act_row) {
     const block_q6_K *x = weight_row;
     const block_q8_K *y = act_row;

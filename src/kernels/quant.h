@@ -1,5 +1,5 @@
 /*
- * Weight types: ggml type ids, exact block layouts (engine-notes.md §2),
+ * Weight types: ggml type ids, exact block layouts (docs/engine.md §2),
  * dequantisation, activation quantisation and fused dot products.
  *
  * Every kernel has a scalar reference (quant.c for the block formats, vec.c
@@ -17,7 +17,7 @@
 
 #include "promptkv.h"
 
-/* ggml type ids (engine-notes.md §1.3). Retired ids are not listed. */
+/* ggml type ids (docs/engine.md §1.3). Retired ids are not listed. */
 typedef enum {
     PKV_TYPE_F32 = 0,
     PKV_TYPE_F16 = 1,
@@ -220,7 +220,7 @@ typedef struct pkv_kernels {
     /* y = e^x (Cephes' expf polynomial, about 2 ulp; x clamped to
      * [-87.34, 88.72], so no overflow and no subnormal results); y may alias x.
      * Here and below, the SIMD kernels use fused multiply-adds and compute
-     * the bits of the scalar references (pkv_*_ref, cpu.h); the scalar
+     * the bits of the scalar references (pkv_*_ref, levels.h); the scalar
      * table's own versions use plain multiply-adds (no FMA unit there). */
     void (*exp_f32)(int64_t n, const float *x, float *y);
     /* gate = act(gate) * up: gelu_tanh(x) = 0.5x(1 + tanh(u)) = x / (1 + e^(-2u)),

@@ -1,5 +1,5 @@
 /*
- * AVX2 + FMA + F16C kernels (engine-notes.md §6.2). Reached only through the
+ * AVX2 + FMA + F16C kernels (docs/engine.md §6.2). Reached only through the
  * AVX2/AVX-512 kernel tables (cpu.c), on CPUs that have these extensions.
  *
  * Dot products stay in integers inside a block: unsigned x signed byte
@@ -16,8 +16,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 #include "kernels/quant.h"
 #include "kernels/simd_x86.h"
 
@@ -153,7 +153,7 @@ void pkv_dequant_q5_K_avx2(const void *src, float *dst, int64_t n) {
 
 /* The four 32-element chunks of one Q6_K half (128 elements) as unsigned
  * 0..63 bytes: chunk c takes nibble c/2 of ql[32(c&1) + l] and bits 2c..2c+1
- * of qh[l] (engine-notes.md §2.2). */
+ * of qh[l] (docs/engine.md §2.2). */
 static inline void q6k_chunks(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
     const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(0x30);
     const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);

@@ -23,7 +23,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels/cpu.h"
+#include "kernels/levels.h"
 #include "kernels/quant.h"
 #include "kernels/simd_x86.h"
 

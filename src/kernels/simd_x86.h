@@ -40,7 +40,7 @@ static inline uint32_t load_u32(const void *p) {
 }
 
 /* 32 nibbles of a legacy block as bytes 0..15: element j < 16 is the low
- * nibble of qs[j], element 16 + j the high nibble (engine-notes.md §2.1).
+ * nibble of qs[j], element 16 + j the high nibble (docs/engine.md §2.1).
  * The 16 bytes are broadcast to both halves by the load itself; one variable
  * shift moves the high half's high nibbles down. */
 static inline __m256i legacy_nibbles(const uint8_t *qs) {
@@ -75,7 +75,7 @@ static inline __m256 fma_block(__m256i sums, float scale, __m256 acc) {
 }
 
 /* Q4_K/Q5_K scales and mins as two u64 of 8 bytes each, by the word-wise
- * unpacking of engine-notes.md §2.2 (same result as the per-j formulas). */
+ * unpacking of docs/engine.md §2.2 (same result as the per-j formulas). */
 static inline void k_scales_mins(const uint8_t s[K_SCALE_SIZE], uint64_t *scales, uint64_t *mins) {
     const uint32_t w0 = load_u32(s), w1 = load_u32(s + 4), w2 = load_u32(s + 8);
     const uint32_t sc_lo = w0 & 0x3f3f3f3fu;

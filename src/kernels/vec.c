@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 
 /* ------------------------------------------------------------------ float helpers */
 

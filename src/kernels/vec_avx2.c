@@ -7,8 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
 #include "kernels/f16.h"
+#include "kernels/levels.h"
 #include "kernels/simd_x86.h"
 
 /* ------------------------------------------------------------------ float helpers */

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu.h"
+#include "kernels/levels.h"
 #include "kernels/simd_x86.h"
 
 /* ------------------------------------------------------------------ attention blocks */

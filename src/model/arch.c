@@ -1,7 +1,7 @@
-/* The architecture table (engine-notes.md §3, §3.4, §5.1). */
+/* The architecture table (docs/engine.md §3, §3.4, §5.1). */
 #include <string.h>
 
-#include "model/model.h"
+#include "model/arch.h"
 
 static const pkv_arch ARCHS[] = {
     {

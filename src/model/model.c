@@ -126,7 +126,7 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
                         model->file.path, model->arch_name, hp->head_dim_v);
     if (meta_float(&m, "attention.layer_norm_rms_epsilon", true, true, 0, &hp->rms_eps)) return -1;
 
-    /* RoPE (engine-notes.md §5) */
+    /* RoPE (docs/engine.md §5) */
     int n_rot;
     if (meta_int(&m, "rope.dimension_count", false, false, hp->head_dim_k, &n_rot)) return -1;
     if (n_rot <= 0 || n_rot > hp->head_dim_k || n_rot % 2)
@@ -167,7 +167,7 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
     float attn_scale;
     if (meta_float(&m, "attention.scale", false, true, 0.0f, &attn_scale)) return -1;
     hp->attn_scale = attn_scale > 0.0f ? attn_scale : 1.0f / sqrtf((float)hp->head_dim_k);
-    /* Gemma 3 27B scales by 1/sqrt(n_embd/n_head) (engine-notes.md §3.2) */
+    /* Gemma 3 27B scales by 1/sqrt(n_embd/n_head) (docs/engine.md §3.2) */
     if (model->arch->swa_pattern_6 && hp->n_layer == 62 && attn_scale <= 0.0f)
         hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / hp->n_head);
     hp->embd_scale = model->arch->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;

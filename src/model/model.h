@@ -1,6 +1,6 @@
 /*
  * Models as data: hyper-parameters and weights of each architecture, read
- * from GGUF metadata (engine-notes.md §1.5, §1.6, §3). The forward pass that
+ * from GGUF metadata (docs/engine.md §1.5, §1.6, §3). The forward pass that
  * runs them is in forward.c.
  */
 #ifndef PKV_MODEL_H
@@ -11,27 +11,11 @@
 
 #include "format/gguf.h"
 #include "kernels/ops.h"
-#include "promptkv.h"
+#include "model/arch.h"
 #include "kernels/tensor.h"
+#include "promptkv.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
-
-typedef enum { PKV_ACT_SILU, PKV_ACT_GELU_TANH } pkv_activation;
-
-/* What distinguishes one architecture from another. A new architecture is
- * one entry of this table (arch.c) plus, at most, a small function. */
-typedef struct {
-    const char *name;          /* general.architecture */
-    pkv_rope_mode rope_mode;
-    pkv_activation act;
-    bool qkv_bias;             /* qwen2: attn_q/k/v.bias */
-    bool qk_norm;              /* gemma3: attn_q_norm / attn_k_norm per head */
-    bool post_norms;           /* gemma3: post_attention_norm, post_ffw_norm */
-    bool embd_scale_sqrt;      /* gemma: x = embd * sqrt(n_embd) */
-    bool swa_pattern_6;        /* gemma3: layer il is sliding iff il % 6 < 5 */
-    float swa_rope_base;       /* gemma3 local layers: 10000 (hard-coded upstream) */
-} pkv_arch;
-
-const pkv_arch *pkv_arch_find(const char *name, size_t len);
 
 typedef struct {
     int n_vocab;

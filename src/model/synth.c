@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "format/gguf.h"
 #include "base/prng.h"
 #include "base/threads.h"
+#include "format/gguf.h"
 
 /* ---------------------------------------------------------------- shapes */
 
@@ -74,7 +74,7 @@ typedef struct {
     enum { FILL_RANDOM, FILL_ONES, FILL_ROPE_FACTORS } fill;
 } tensor_plan;
 
-/* Every tensor of the file, in the converter's order (engine-notes.md §1.6).
+/* Every tensor of the file, in the converter's order (docs/engine.md §1.6).
  * Returns the count; plan may be NULL to count only. */
 static int plan_tensors(const pkv_synth_shape *s, tensor_plan *plan) {
     int n = 0;
@@ -288,7 +288,7 @@ static uint8_t *make_tensor(const pkv_synth_shape *s, const tensor_plan *t, int 
 /* ---------------------------------------------------------------- metadata */
 
 /* general.file_type (llama.h llama_ftype) for a file whose 2-D weights all
- * have one type; a label only (engine-notes.md §1.4). */
+ * have one type; a label only (docs/engine.md §1.4). */
 static uint32_t file_type(pkv_type type) {
     switch (type) {
     case PKV_TYPE_F32: return 0;
@@ -329,7 +329,7 @@ static void write_hparams(gguf_writer *w, const pkv_synth_shape *s, pkv_type typ
 #undef ARCH_KEY
 }
 
-/* Byte-level SentencePiece vocabulary (engine-notes.md §4.1, §4.3): <unk>,
+/* Byte-level SentencePiece vocabulary (docs/engine.md §4.1, §4.3): <unk>,
  * <s>, </s>, <0x00>..<0xFF>, then unique placeholders up to n_vocab.
  * llama.cpp requires unique texts and a newline byte token. */
 static int write_tokenizer(gguf_writer *w, const pkv_synth_shape *s, pkv_error *err) {

@@ -1,10 +1,10 @@
 /*
- * Random-weight GGUF files with the exact shapes of real models (design.md
+ * Random-weight GGUF files with the exact shapes of real models (docs/design.md
  * "Models": for speed, random weights with real shapes; speed does not depend
  * on the values of the weights).
  *
  * The file is what llama.cpp's converter would write for the architecture
- * (engine-notes.md §1.5, §1.6): the same tensor names, shapes and metadata,
+ * (docs/engine.md §1.5, §1.6): the same tensor names, shapes and metadata,
  * 2-D weights in one chosen type (F16, Q8_0, Q4_K, ...; rows a K-quant's
  * 256-element blocks do not divide fall back as llama-quantize does), 1-D
  * tensors in F32.
@@ -20,8 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "promptkv.h"
 #include "kernels/quant.h"
+#include "promptkv.h"
 
 /* The shape of a model: what its config.json says that matters for the GGUF. */
 typedef struct {

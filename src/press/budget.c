@@ -1,7 +1,7 @@
 /*
- * Budget allocators (algorithms.md A.13): how many rows each layer and each
- * head keeps. They wrap whatever press scores the rows (design.md "budget
- * allocators wrap a scoring press rather than copy it"): pkv_press_run asks
+ * Budget allocators (docs/presses.md A.13): how many rows each layer and each
+ * head keeps. They wrap whatever press scores the rows instead of copying it
+ * (docs/design.md "The press interface"): pkv_press_run asks
  * pkv_press_layer_budget for every head, lets the press score, and, for
  * head_budget=adaptive, rewrites the per-head budgets from the scores before
  * the top-k or the press's own select(). The cache then holds those row counts
@@ -73,6 +73,36 @@ int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, in
     if (cfg->layer_budget != PKV_LAYER_BUDGET_PYRAMID) return uniform_budget(cfg, n_rows);
     if (cfg->budget > 0) return pyramid_budget_rows(cfg, layer, n_layers, n_rows);
     return pyramid_ratio_rows(cfg, layer, n_layers, n_rows);
+}
+
+/* Rows pkv_press_run keeps for one head: all of them when its budget fits
+ * (the S0 gate), else the forced rows (the window and the protected rows
+ * before it) and the best others up to the budget. */
+static int64_t head_rows(const pkv_press_cfg *cfg, int budget, int n_rows) {
+    if (budget >= n_rows) return n_rows;
+    int fw = forced_window(cfg);
+    int64_t forced = fw < n_rows ? fw : n_rows;
+    for (int p = 0; p < n_rows - fw; p++)
+        for (int i = 0; i < cfg->n_protect; i++)
+            if (p >= cfg->protect[i].begin && p < cfg->protect[i].end) {
+                forced++;
+                break;
+            }
+    return budget > forced ? budget : forced;
+}
+
+int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows, int n_head,
+                             int n_head_kv) {
+    const pkv_press_ops *ops = cfg->ops;
+    if (!ops) return (int64_t)n_head_kv * n_rows;
+    int n_sel = ops->per_query_head && ops->per_query_head(cfg->params) ? n_head : n_head_kv;
+    int budget = pkv_press_layer_budget(cfg, layer, n_layers, n_rows);
+    int64_t rows = (int64_t)n_sel * head_rows(cfg, budget, n_rows);
+    /* AdaKV moves rows between heads; its rounding (half to even, per head)
+     * may add up to half a row per head */
+    if (cfg->head_budget == PKV_HEAD_BUDGET_ADAPTIVE && budget < n_rows) rows += (n_sel + 1) / 2;
+    int64_t all = (int64_t)n_sel * n_rows;
+    return rows < all ? rows : all;
 }
 
 /* ---------------------------------------------------------------- AdaKV */

@@ -6,35 +6,28 @@
  * over the query heads of a KV head. `recent` rows at the end are always kept
  * (H2O's recent window; 0 by default as kvpress).
  */
+#include <stddef.h>
 #include <string.h>
 
-#include "press/baselines_common.h"
+#include "base/error.h"
 #include "press/press.h"
 
 typedef struct {
-    bool normalize;
+    int normalize; /* divide by the queries that saw the row */
     int recent;
 } h2o_params;
 
+static const pkv_press_choice NORMALIZE[] = {{"count", 1}, {"none", 0}, {NULL, 0}};
+
 static const pkv_press_option H2O_OPTIONS[] = {
-    {"normalize", "count (default: divide by the queries that saw the row, as kvpress) | none (H2O's sum)"},
-    {"recent", "newest rows always kept (default 0)"},
-    {NULL, NULL},
+    {.key = "normalize", .help = "count (default: divide by the queries that saw the row, as kvpress) | none (H2O's sum)",
+     .type = PKV_OPT_CHOICE, .offset = offsetof(h2o_params, normalize), .choices = NORMALIZE},
+    {.key = "recent", .help = "newest rows always kept (default 0)", .type = PKV_OPT_INT,
+     .offset = offsetof(h2o_params, recent), .lo = 0, .hi = 1 << 20},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static void h2o_defaults(void *p) { *(h2o_params *)p = (h2o_params){.normalize = true}; }
-
-static int h2o_set(void *pp, const char *key, const char *value, pkv_error *err) {
-    h2o_params *p = pp;
-    if (!strcmp(key, "normalize")) {
-        if (!strcmp(value, "count")) p->normalize = true;
-        else if (!strcmp(value, "none")) p->normalize = false;
-        else return pkv_fail(err, PKV_ERR_ARG, "h2o normalize must be count or none, got '%s'", value);
-        return 0;
-    }
-    if (!strcmp(key, "recent")) return press_parse_count("h2o", key, value, 1 << 20, &p->recent, err);
-    return 1;
-}
 
 static int h2o_forced_window(const void *p, int window) {
     (void)window;
@@ -68,7 +61,6 @@ const pkv_press_ops pkv_press_h2o = {
     .options = H2O_OPTIONS,
     .params_size = sizeof(h2o_params),
     .defaults = h2o_defaults,
-    .set_option = h2o_set,
     .forced_window = h2o_forced_window,
     .needs_attn_sum = true,
     .score = h2o_score,

@@ -1,15 +1,15 @@
 /*
- * The press interface (design.md "The press interface").
+ * The press interface (docs/design.md "The press interface").
  *
  * A press is a small struct of parameters plus functions. Per full-attention
- * layer, once the layer has seen the prompt, the framework (press/select.c)
+ * layer, once the layer has seen the prompt, the framework (press/framework.c)
  * hands it the layer's observation-window queries, the rows of every KV head
  * (post-RoPE keys, values, original positions) and a budget per head; the
  * press scores rows, and the shared selection keeps the window, the protected
  * spans and the best-scored rest. Presses that do not rank single rows (ProtoKV
  * keeps whole clusters) provide their own select().
  *
- * Budget words (evaluation.md 0.3): budget C = rows kept per head per layer,
+ * Budget words (docs/evaluation.md 0.3): budget C = rows kept per head per layer,
  * window included; ratio r = fraction removed, keep floor(n_rows * (1 - r)).
  */
 #ifndef PKV_PRESS_H
@@ -20,19 +20,11 @@
 
 #include "base/arena.h"
 #include "kernels/ops.h"
+#include "press/observer.h"
 #include "promptkv.h"
 
 /* What a press sees of one layer. Rows of a head are in ascending position
  * order; the window is the newest `window` rows of every head. */
-/* A watcher of the clusters a grouping press (ProtoKV) forms: the press calls
- * fn with its decisions for KV head `head` of layer `layer` (-1: every layer,
- * every head). Set through pkv_press_cfg_watch_clusters; inspection only. */
-typedef struct {
-    int layer;
-    int head;
-    pkv_cluster_view_fn fn;
-    void *user;
-} pkv_press_watch;
 
 typedef struct {
     int layer;
@@ -65,7 +57,7 @@ typedef struct {
     const pkv_compute *comp;  /* kernels and threads the press may use */
     pkv_arena *arena;         /* scratch for this layer; reset by the framework */
     uint64_t seed;            /* per-press seed mixed with layer and head */
-    const pkv_press_watch *watch; /* NULL unless a caller watches clusters (set by pkv_press_run) */
+    const pkv_press_observer *observer; /* NULL unless a caller observes the press (set by pkv_press_run) */
 } pkv_press_input;
 
 typedef struct pkv_press_ops pkv_press_ops;
@@ -83,19 +75,51 @@ typedef struct {
     void *state;       /* what a press's score() leaves for its select() (arena memory) */
 } pkv_press_selection;
 
-/* Options of a press: parsed from "key=value" strings so the CLI, the
- * evaluation and the server share one vocabulary. */
+/* Options as data: one table per press (and one of the options every press
+ * shares, registry.c) from which the registry parses "key=value" strings,
+ * lists the help of --help-press and checks the server's kv_compression keys,
+ * so the CLI, the evaluation and the server share one vocabulary. */
+typedef enum {
+    PKV_OPT_CUSTOM = 0, /* parsed by the press's set_option */
+    PKV_OPT_INT,        /* int in [lo, hi] */
+    PKV_OPT_REAL,       /* double in [lo, hi] (or [lo, hi) with PKV_OPT_BELOW_HI) */
+    PKV_OPT_U64,        /* uint64_t, non-negative */
+    PKV_OPT_CHOICE,     /* int: the value of the choice named */
+    PKV_OPT_SPAN        /* BEGIN:END, added to the protected spans (repeatable) */
+} pkv_press_opt_type;
+
+enum { PKV_OPT_ODD = 1, PKV_OPT_BELOW_HI = 2 };
+
+typedef struct {
+    const char *name;
+    int value;
+} pkv_press_choice;
+
 typedef struct {
     const char *key;
     const char *help;
+    pkv_press_opt_type type;
+    size_t offset;                    /* of the field in the press's parameters (the common ones: pkv_press_cfg) */
+    double lo, hi;                    /* PKV_OPT_INT, PKV_OPT_REAL */
+    unsigned flags;                   /* PKV_OPT_ODD, PKV_OPT_BELOW_HI */
+    const pkv_press_choice *choices;  /* PKV_OPT_CHOICE, ended by a NULL name */
+    const char *clears;               /* an option set back to 0 when this one is set (budget and ratio) */
+    const char *why;                  /* said when a value is refused: why the range is what it is */
 } pkv_press_option;
+
+/* Sets the option o of a table from text into obj (the parameters its
+ * offsets index); who names the press in messages. */
+int pkv_press_option_set(const pkv_press_option *table, const pkv_press_option *o, void *obj, const char *who,
+                         const char *value, pkv_press_cfg *cfg, pkv_error *err);
 
 struct pkv_press_ops {
     const char *name;
     const char *summary;
-    const pkv_press_option *options; /* press-specific options, NULL-terminated by key */
+    const pkv_press_option *options; /* press-specific options, ended by a NULL key */
     size_t params_size;              /* bytes of the press's parameter struct */
     void (*defaults)(void *params);
+    /* Options whose type is PKV_OPT_CUSTOM (NULL when the table says all):
+     * 0 set, 1 not this press's, -1 refused. */
     int (*set_option)(void *params, const char *key, const char *value, pkv_error *err);
     /* Validates parameters against the common ones (window, budget). */
     int (*check)(const void *params, int window, int budget, pkv_error *err);
@@ -103,7 +127,7 @@ struct pkv_press_ops {
     /* What the framework must provide. */
     bool needs_values;
     bool needs_attn_sum;
-    /* The press groups rows into clusters and reports them to a watcher. */
+    /* The press groups rows into clusters and reports them to an observer. */
     bool reports_clusters;
     /* Rows the press keeps unconditionally at the end of each head (the
      * observation window), given the configured window. */
@@ -124,12 +148,6 @@ const pkv_press_ops *pkv_press_registry_get(int i);
 
 /* ---------------------------------------------------------------- configuration */
 
-typedef enum {
-    PKV_MODE_QUERY_AWARE = 0, /* compress after the whole prompt, question included */
-    PKV_MODE_QUERY_AGNOSTIC,  /* the caller compresses the context, then feeds the question */
-    PKV_MODE_RECOMPRESS       /* every prefill (each user turn) compresses the whole cache again */
-} pkv_press_mode;
-
 typedef enum { PKV_LAYER_BUDGET_UNIFORM = 0, PKV_LAYER_BUDGET_PYRAMID } pkv_layer_budget;
 typedef enum { PKV_HEAD_BUDGET_UNIFORM = 0, PKV_HEAD_BUDGET_ADAPTIVE } pkv_head_budget;
 
@@ -139,7 +157,7 @@ struct pkv_press_cfg {
     int budget;               /* rows per head per layer, window included; 0 if ratio is used */
     double ratio;             /* fraction removed; used when budget == 0 */
     int window;               /* observation window */
-    pkv_press_mode mode;
+    pkv_mode mode;
     pkv_layer_budget layer_budget;
     double pyramid_beta;
     pkv_head_budget head_budget;
@@ -147,7 +165,7 @@ struct pkv_press_cfg {
     uint64_t seed;
     pkv_span *protect;
     int n_protect;
-    pkv_press_watch watch;    /* fn == NULL: nobody watches */
+    pkv_press_observer observer; /* no callbacks: nobody observes */
 };
 
 /* ---------------------------------------------------------------- framework */
@@ -157,9 +175,16 @@ struct pkv_press_cfg {
 int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
 /* Rows to keep for a head of n_rows rows (window included) at press layer
- * `layer` of `n_layers` (budget or ratio, then the layer schedule, algorithms.md
+ * `layer` of `n_layers` (budget or ratio, then the layer schedule, docs/presses.md
  * A.13); >= n_rows means keep everything. press/budget.c. */
 int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows);
+
+/* Rows cfg's press keeps of one layer whose KV heads each hold n_rows rows at
+ * positions 0..n_rows-1 (a prompt's first prefill), summed over the heads it
+ * selects for (query heads for a per-query-head press): the budget code
+ * pkv_press_run applies, an upper bound where AdaKV rounds. press/budget.c. */
+int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows, int n_head,
+                             int n_head_kv);
 
 /* AdaKV (A.13): shares the layer's free slots (budget minus forced rows, summed
  * over the selection heads) among the heads by their scores of the rows not

@@ -1,7 +1,7 @@
 /*
  * ProtoKV (ICLR 2026): the keys of a head are grouped around prototypes and
  * whole groups are kept or evicted. The official repository holds no method
- * code; this follows algorithms.md B.0, the project's reading of the seed
+ * code; this follows docs/presses.md B.0, the project's reading of the write-up
  * document, per full-attention layer and KV head on the prefix [0, P) of
  * post-RoPE keys (the observation window of the last w rows is kept whole, as
  * in SnapKV, so budgets compare):
@@ -25,7 +25,7 @@
  *  6. every prefix row joins the prototype of highest cosine (first wins
  *     ties; SAT prototypes come first, in bucket order, then the chunks);
  *  7. cluster score psi = sum over its rows of q.k summed over the window
- *     queries and the query heads of the KV head (raw logits, as the seed
+ *     queries and the query heads of the KV head (raw logits, as the write-up
  *     writes it) or, score=attn, of SnapKV's softmax votes; agg=mean divides
  *     by the cluster size;
  *  8. clusters in psi order (ties to the lower cluster) are kept whole while
@@ -42,13 +42,14 @@
 #include "press/protokv.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
-#include "press.h"
 #include "base/prng.h"
+#include "press/press.h"
 #include "press/snapkv.h"
 
 enum { PROTOTYPES_TOTAL = 500, MAX_LSH_BITS = 16 };
@@ -60,46 +61,77 @@ typedef struct {
     bool use_beta;
     double beta;
     int kappa;
-    bool edge_zero;
-    bool sign_similar;
+    int edge_zero;
+    int sign_similar;
     int r;
     int v;        /* 0: PROTOTYPES_TOTAL - 2^r */
     double sigma; /* 0: median pairwise distance of the candidates */
-    int chunk;    /* > 0: chunk prototypes of `chunk` rows each (v = ceil(rows / chunk)) instead of v */
-    bool assign_local;
-    int reach;    /* assign=local: chunks on each side of a row's own chunk it may join */
-    bool score_attn;
-    int kernel;   /* positional pooling of the row votes before the clusters (1: none) */
-    pkv_pool_kind pool;
-    cluster_agg agg;
-    double mix;   /* a row's rank score: (1 - mix) vote + mix psi of its cluster (1: whole clusters) */
-    bool overflow_skip;
-    int sinks;    /* the first `sinks` rows of the prompt are always kept */
-    pkv_protokv_times *times; /* benchmarks only (pkv_protokv_profile) */
+    int score_attn;
+    int chunk;        /* > 0: chunk prototypes of `chunk` rows each (v = ceil(rows / chunk)) instead of v */
+    int assign_local;
+    int reach;        /* assign=local: chunks on each side of a row's own chunk it may join */
+    int kernel;       /* positional pooling of the row votes before the clusters (1: none) */
+    int pool;         /* pkv_pool_kind */
+    int agg;          /* cluster_agg */
+    double mix;       /* a row's rank score: (1 - mix) vote + mix psi of its cluster (1: whole clusters) */
+    int overflow_skip;
+    int sinks;        /* the first `sinks` rows of the prompt are always kept */
 } protokv_params;
 
+static const pkv_press_choice EDGES[] = {{"exist", 0}, {"zero", 1}, {NULL, 0}};
+static const pkv_press_choice SIGNS[] = {{"deviate", 0}, {"similar", 1}, {NULL, 0}};
+static const pkv_press_choice SCORES[] = {{"logit", 0}, {"attn", 1}, {NULL, 0}};
+static const pkv_press_choice AGGS[] = {{"sum", AGG_SUM}, {"mean", AGG_MEAN}, {"max", AGG_MAX}, {NULL, 0}};
+static const pkv_press_choice ASSIGNS[] = {{"global", 0}, {"local", 1}, {NULL, 0}};
+static const pkv_press_choice POOLS[] = {{"avg", PKV_POOL_AVG}, {"max", PKV_POOL_MAX}, {NULL, 0}};
+static const pkv_press_choice OVERFLOWS[] = {{"fill", 0}, {"skip", 1}, {NULL, 0}};
+
+#define P(field) offsetof(protokv_params, field)
 static const pkv_press_option PROTOKV_OPTIONS[] = {
-    {"m", "SAT candidates: the m rows of highest outlier degree (default 32; the seed: 20-40 work best; 0: none)"},
-    {"beta", "instead of m, every row with outlier degree > beta (a number, or none: default)"},
-    {"kappa", "radius of the local similarity, self included (default 5)"},
-    {"edge", "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)"},
-    {"sign", "deviate (default: SATs are the rows least similar to their neighbours) | similar (the most)"},
-    {"r", "LSH bits: u = 2^r SAT buckets (default 2)"},
-    {"v", "chunk prototypes of the other rows, with chunk=none (default then 500 - 2^r; at most one per row)"},
-    {"sigma", "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
-    {"chunk", "rows per chunk prototype (default 16) | none: a count v of chunk prototypes instead"},
-    {"assign", "local (default: a row joins the nearest of the SAT prototypes and the chunks within reach of its "
-               "own) | global (the nearest of all prototypes)"},
-    {"reach", "assign=local: chunks on each side of a row's own chunk it may join (default 1)"},
-    {"score", "attn (default: SnapKV's softmax votes) | logit (q.k summed over the window queries and the query group)"},
-    {"kernel", "positional pooling of the row votes before clustering, odd (default 7, as SnapKV; 1: none)"},
-    {"pool", "max (default, as SnapKV) | avg: the pooling of kernel"},
-    {"agg", "mean (default) | sum | max: a cluster's score psi from its rows' votes"},
-    {"mix", "rank rows by (1 - mix) vote + mix psi of their cluster (default 1: whole clusters in psi order)"},
-    {"overflow", "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)"},
-    {"sinks", "the first N rows of the prompt are always kept (default 0)"},
-    {NULL, NULL},
+    {.key = "m",
+     .help = "SAT candidates: the m rows of highest outlier degree (default 32; the write-up: 20-40 work best; 0: none)",
+     .type = PKV_OPT_INT, .offset = P(m), .lo = 0, .hi = 1 << 24},
+    {.key = "beta", .help = "instead of m, every row with outlier degree > beta (a number, or none: default)"},
+    {.key = "kappa", .help = "radius of the local similarity, self included (default 5)", .type = PKV_OPT_INT,
+     .offset = P(kappa), .lo = 0, .hi = 1 << 16},
+    {.key = "edge",
+     .help = "exist (default: average over the neighbours that exist) | zero (zero padding: divide by 2 kappa + 1)",
+     .type = PKV_OPT_CHOICE, .offset = P(edge_zero), .choices = EDGES},
+    {.key = "sign", .help = "deviate (default: SATs are the rows least similar to their neighbours) | similar (the most)",
+     .type = PKV_OPT_CHOICE, .offset = P(sign_similar), .choices = SIGNS},
+    {.key = "r", .help = "LSH bits: u = 2^r SAT buckets (default 2)", .type = PKV_OPT_INT, .offset = P(r), .lo = 1,
+     .hi = MAX_LSH_BITS},
+    {.key = "v", .help = "chunk prototypes of the other rows, with chunk=none (default then 500 - 2^r; at most one per row)",
+     .type = PKV_OPT_INT, .offset = P(v), .lo = 1, .hi = 1 << 24, .clears = "chunk"},
+    {.key = "sigma", .help = "hash bandwidth: median (default: median pairwise distance of the SAT candidates) | a number > 0"},
+    /* custom (a number or none); its offset is what v clears */
+    {.key = "chunk", .help = "rows per chunk prototype (default 16) | none: a count v of chunk prototypes instead",
+     .offset = P(chunk)},
+    {.key = "assign",
+     .help = "local (default: a row joins the nearest of the SAT prototypes and the chunks within reach of its "
+             "own) | global (the nearest of all prototypes)",
+     .type = PKV_OPT_CHOICE, .offset = P(assign_local), .choices = ASSIGNS},
+    {.key = "reach", .help = "assign=local: chunks on each side of a row's own chunk it may join (default 1)",
+     .type = PKV_OPT_INT, .offset = P(reach), .lo = 0, .hi = 1 << 24},
+    {.key = "score", .help = "attn (default: SnapKV's softmax votes) | logit (q.k summed over the window queries and the query group)",
+     .type = PKV_OPT_CHOICE, .offset = P(score_attn), .choices = SCORES},
+    {.key = "kernel", .help = "positional pooling of the row votes before clustering, odd (default 7, as SnapKV; 1: none)",
+     .type = PKV_OPT_INT, .offset = P(kernel), .lo = 1, .hi = 1 << 16, .flags = PKV_OPT_ODD,
+     .why = "(the pooled length must equal the rows)"},
+    {.key = "pool", .help = "max (default, as SnapKV) | avg: the pooling of kernel", .type = PKV_OPT_CHOICE, .offset = P(pool),
+     .choices = POOLS},
+    {.key = "agg", .help = "mean (default) | sum | max: a cluster's score psi from its rows' votes",
+     .type = PKV_OPT_CHOICE, .offset = P(agg), .choices = AGGS},
+    {.key = "mix", .help = "rank rows by (1 - mix) vote + mix psi of their cluster (default 1: whole clusters in psi order)",
+     .type = PKV_OPT_REAL, .offset = P(mix), .lo = 0, .hi = 1},
+    {.key = "overflow",
+     .help = "fill (default: the next cluster's best rows fill the budget exactly) | skip (whole clusters only)",
+     .type = PKV_OPT_CHOICE, .offset = P(overflow_skip), .choices = OVERFLOWS},
+    {.key = "sinks", .help = "the first N rows of the prompt are always kept (default 0)", .type = PKV_OPT_INT,
+     .offset = P(sinks), .lo = 0, .hi = 1 << 24},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
+#undef P
 
 static void protokv_defaults(void *p) {
     /* chosen on the development split (docs/protokv.md, "Choosing the defaults"):
@@ -111,23 +143,6 @@ static void protokv_defaults(void *p) {
                                             .agg = AGG_MEAN, .mix = 1.0};
 }
 
-static int parse_long(const char *key, const char *value, long lo, long hi, long *out, pkv_error *err) {
-    char *end;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end || v < lo || v > hi)
-        return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be an integer in [%ld, %ld], got '%s'", key, lo, hi, value);
-    *out = v;
-    return 0;
-}
-
-static int parse_choice(const char *key, const char *value, const char *a, const char *b, bool *is_b,
-                        pkv_error *err) {
-    if (!strcmp(value, a)) *is_b = false;
-    else if (!strcmp(value, b)) *is_b = true;
-    else return pkv_fail(err, PKV_ERR_ARG, "protokv %s must be %s or %s, got '%s'", key, a, b, value);
-    return 0;
-}
-
 static int parse_positive(const char *key, const char *value, double *out, pkv_error *err) {
     char *end;
     double v = strtod(value, &end);
@@ -137,14 +152,11 @@ static int parse_positive(const char *key, const char *value, double *out, pkv_e
     return 0;
 }
 
+/* The options whose values are a number or a word (the table's
+ * PKV_OPT_CUSTOM entries). */
 static int protokv_set(void *pp, const char *key, const char *value, pkv_error *err) {
     protokv_params *p = pp;
-    long v;
-    if (!strcmp(key, "m")) {
-        /* m = 0: no SAT candidates, chunk prototypes only (the seed's "Chunk-Clustering" ablation) */
-        if (parse_long(key, value, 0, 1L << 24, &v, err)) return -1;
-        p->m = (int)v;
-    } else if (!strcmp(key, "beta")) {
+    if (!strcmp(key, "beta")) {
         if (!strcmp(value, "none")) {
             p->use_beta = false;
             return 0;
@@ -155,71 +167,30 @@ static int protokv_set(void *pp, const char *key, const char *value, pkv_error *
             return pkv_fail(err, PKV_ERR_ARG, "protokv beta must be a number or none, got '%s'", value);
         p->beta = b;
         p->use_beta = true;
-    } else if (!strcmp(key, "kappa")) {
-        if (parse_long(key, value, 0, 1 << 16, &v, err)) return -1;
-        p->kappa = (int)v;
-    } else if (!strcmp(key, "edge")) {
-        return parse_choice(key, value, "exist", "zero", &p->edge_zero, err);
-    } else if (!strcmp(key, "sign")) {
-        return parse_choice(key, value, "deviate", "similar", &p->sign_similar, err);
-    } else if (!strcmp(key, "r")) {
-        if (parse_long(key, value, 1, MAX_LSH_BITS, &v, err)) return -1;
-        p->r = (int)v;
-    } else if (!strcmp(key, "v")) {
-        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
-        p->v = (int)v;
-        p->chunk = 0; /* a count of chunk prototypes replaces the chunk size */
-    } else if (!strcmp(key, "sigma")) {
+        return 0;
+    }
+    if (!strcmp(key, "sigma")) {
         if (!strcmp(value, "median")) {
             p->sigma = 0.0;
             return 0;
         }
         return parse_positive(key, value, &p->sigma, err);
-    } else if (!strcmp(key, "chunk")) {
+    }
+    if (!strcmp(key, "chunk")) {
         if (!strcmp(value, "none")) {
             p->chunk = 0;
             return 0;
         }
-        if (parse_long(key, value, 1, 1L << 24, &v, err)) return -1;
-        p->chunk = (int)v;
-        p->v = 0;
-    } else if (!strcmp(key, "assign")) {
-        return parse_choice(key, value, "global", "local", &p->assign_local, err);
-    } else if (!strcmp(key, "reach")) {
-        if (parse_long(key, value, 0, 1L << 24, &v, err)) return -1;
-        p->reach = (int)v;
-    } else if (!strcmp(key, "score")) {
-        return parse_choice(key, value, "logit", "attn", &p->score_attn, err);
-    } else if (!strcmp(key, "kernel")) {
-        if (parse_long(key, value, 1, 1 << 16, &v, err)) return -1;
-        if (v % 2 == 0)
-            return pkv_fail(err, PKV_ERR_ARG, "protokv kernel must be odd (the pooled length must equal the rows), got %ld",
-                            v);
-        p->kernel = (int)v;
-    } else if (!strcmp(key, "pool")) {
-        bool is_max = false;
-        if (parse_choice(key, value, "avg", "max", &is_max, err)) return -1;
-        p->pool = is_max ? PKV_POOL_MAX : PKV_POOL_AVG;
-    } else if (!strcmp(key, "agg")) {
-        if (!strcmp(value, "sum")) p->agg = AGG_SUM;
-        else if (!strcmp(value, "mean")) p->agg = AGG_MEAN;
-        else if (!strcmp(value, "max")) p->agg = AGG_MAX;
-        else return pkv_fail(err, PKV_ERR_ARG, "protokv agg must be sum, mean or max, got '%s'", value);
-    } else if (!strcmp(key, "mix")) {
         char *end;
-        double x = strtod(value, &end);
-        if (*value == '\0' || *end || !(x >= 0.0 && x <= 1.0))
-            return pkv_fail(err, PKV_ERR_ARG, "protokv mix must be a number in [0, 1], got '%s'", value);
-        p->mix = x;
-    } else if (!strcmp(key, "sinks")) {
-        if (parse_long(key, value, 0, 1L << 24, &v, err)) return -1;
-        p->sinks = (int)v;
-    } else if (!strcmp(key, "overflow")) {
-        return parse_choice(key, value, "fill", "skip", &p->overflow_skip, err);
-    } else {
-        return 1; /* not ours */
+        long v = strtol(value, &end, 10);
+        if (*value == '\0' || *end || v < 1 || v > 1L << 24)
+            return pkv_fail(err, PKV_ERR_ARG, "protokv chunk must be an integer in [1, %ld] or none, got '%s'",
+                            1L << 24, value);
+        p->chunk = (int)v;
+        p->v = 0; /* a chunk size replaces a count of chunk prototypes */
+        return 0;
     }
-    return 0;
+    return 1; /* not ours */
 }
 
 static int protokv_forced_window(const void *p, int window) {
@@ -236,145 +207,7 @@ static int chunk_count(const protokv_params *p, int n_rest) {
     return v > 1 ? v : 1;
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---------------------------------------------------------------- the steps */
-
-/* unit[i] = k_i / |k_i| (zero rows stay zero), norms in double */
-static void unit_vectors(const float *keys, int n, int dim, float *unit, double *norm) {
-    for (int i = 0; i < n; i++) {
-        const float *k = keys + (size_t)i * dim;
-        double ss = 0.0;
-        for (int j = 0; j < dim; j++) ss += (double)k[j] * k[j];
-        norm[i] = sqrt(ss);
-        float inv = norm[i] > 0.0 ? (float)(1.0 / norm[i]) : 0.0f;
-        for (int j = 0; j < dim; j++) unit[(size_t)i * dim + j] = k[j] * inv;
-    }
-}
-
-/* Step 1: S(i), every pair within kappa computed once. */
-static void local_similarity(const pkv_kernels *kern, const float *unit, const double *norm, int n, int dim,
-                             int kappa, bool edge_zero, double *sim) {
-    for (int i = 0; i < n; i++) sim[i] = norm[i] > 0.0 ? 1.0 : 0.0;
-    for (int o = 1; o <= kappa && o < n; o++)
-        for (int i = 0; i + o < n; i++) {
-            double c = kern->dot_f32(dim, unit + (size_t)i * dim, unit + (size_t)(i + o) * dim);
-            sim[i] += c;
-            sim[i + o] += c;
-        }
-    for (int i = 0; i < n; i++) {
-        int before = i < kappa ? i : kappa, after = n - 1 - i < kappa ? n - 1 - i : kappa;
-        sim[i] /= edge_zero ? 2.0 * kappa + 1.0 : (double)(before + after + 1);
-    }
-}
-
-/* Step 2: theta = -z (sign=similar: +z), population standard deviation. */
-static void outlier_degree(const double *sim, int n, bool similar, double *theta) {
-    double mean = 0.0, var = 0.0;
-    for (int i = 0; i < n; i++) mean += sim[i];
-    mean /= n;
-    for (int i = 0; i < n; i++) var += (sim[i] - mean) * (sim[i] - mean);
-    double sd = sqrt(var / n);
-    for (int i = 0; i < n; i++) {
-        double z = sd > 0.0 ? (sim[i] - mean) / sd : 0.0;
-        theta[i] = similar ? z : -z;
-    }
-}
-
-typedef struct {
-    double key;
-    int32_t idx;
-} ranked_row;
-
-/* key descending, ties to the lower index */
-static int cmp_ranked_row(const void *a, const void *b) {
-    const ranked_row *x = a, *y = b;
-    if (x->key != y->key) return x->key > y->key ? -1 : 1;
-    return (x->idx > y->idx) - (x->idx < y->idx);
-}
-
-static int cmp_int32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Step 3: the candidates, ascending position; returns their number or -1. */
-static int sat_candidates(const protokv_params *p, const double *theta, int n, pkv_arena *arena, int32_t *sat) {
-    int n_sat = 0;
-    if (p->use_beta) {
-        for (int i = 0; i < n; i++)
-            if (theta[i] > p->beta) sat[n_sat++] = i;
-        return n_sat;
-    }
-    ranked_row *rows = pkv_arena_alloc(arena, (size_t)n * sizeof *rows);
-    if (!rows) return -1;
-    for (int i = 0; i < n; i++) rows[i] = (ranked_row){theta[i], i};
-    qsort(rows, (size_t)n, sizeof *rows, cmp_ranked_row);
-    n_sat = p->m < n ? p->m : n;
-    for (int i = 0; i < n_sat; i++) sat[i] = rows[i].idx;
-    qsort(sat, (size_t)n_sat, sizeof *sat, cmp_int32);
-    return n_sat;
-}
-
-/* Median pairwise Euclidean distance of the candidates' keys (numpy's median:
- * the mean of the two middle values for an even count); 1 when undefined. */
-static double median_distance(const float *keys, int dim, const int32_t *sat, int n_sat, pkv_arena *arena) {
-    long n_pairs = (long)n_sat * (n_sat - 1) / 2;
-    if (n_pairs < 1) return 1.0;
-    double *dist = pkv_arena_alloc(arena, (size_t)n_pairs * sizeof *dist);
-    if (!dist) return -1.0;
-    long k = 0;
-    for (int a = 0; a < n_sat; a++)
-        for (int b = a + 1; b < n_sat; b++) {
-            const float *x = keys + (size_t)sat[a] * dim, *y = keys + (size_t)sat[b] * dim;
-            double ss = 0.0;
-            for (int j = 0; j < dim; j++) ss += ((double)x[j] - y[j]) * ((double)x[j] - y[j]);
-            dist[k++] = sqrt(ss);
-        }
-    qsort(dist, (size_t)n_pairs, sizeof *dist, cmp_double);
-    double med = n_pairs % 2 ? dist[n_pairs / 2] : 0.5 * (dist[n_pairs / 2 - 1] + dist[n_pairs / 2]);
-    return med > 0.0 ? med : 1.0;
-}
-
-/*
- * The hash's random numbers, reproduced bit for bit by
- * tools/protokv_reference.py:
- *   state = seed ^ ((layer + 1) << 32) ^ ((head + 1) * 0x9e3779b97f4a7c15)   (mod 2^64)
- *   next() = splitmix64 (pkv_splitmix64); unif() = (next() >> 11) * 2^-53 in [0, 1)
- *   normal() = sqrt(-2 ln(1 - unif())) * cos(2 pi unif())   (Box-Muller, cosine branch; two draws, in order)
- *   W[i][j] = normal() / sigma for i < r, j < dim (row-major), then b[i] = 2 pi unif() for i < r.
- */
-static double unif(uint64_t *state) { return (double)(pkv_splitmix64(state) >> 11) * 0x1p-53; }
-
-void pkv_protokv_lsh_draw(uint64_t seed, int layer, int head, int r, int dim, double sigma, double *W, double *b) {
-    uint64_t state = seed ^ ((uint64_t)(layer + 1) << 32) ^ (uint64_t)(head + 1) * 0x9e3779b97f4a7c15ull;
-    const double two_pi = 6.283185307179586;
-    for (int i = 0; i < r * dim; i++) {
-        double u1 = 1.0 - unif(&state), u2 = unif(&state);
-        W[i] = sqrt(-2.0 * log(u1)) * cos(two_pi * u2) / sigma;
-    }
-    for (int i = 0; i < r; i++) b[i] = two_pi * unif(&state);
-}
-
-int pkv_protokv_lsh_bucket(const double *W, const double *b, int r, int dim, const float *key) {
-    int bucket = 0;
-    for (int i = 0; i < r; i++) {
-        double a = b[i];
-        for (int j = 0; j < dim; j++) a += W[(size_t)i * dim + j] * key[j];
-        /* H = sum_i 2^(r-i) h_i (1-based i) mod 2^r: the first bit is the most significant */
-        bucket = bucket << 1 | (cos(a) > 0.0);
-    }
-    return bucket;
-}
 
 /* proto = sum / |sum| in float (zero stays zero) */
 static void normalise_into(const double *sum, int dim, float *proto) {
@@ -386,38 +219,6 @@ static void normalise_into(const double *sum, int dim, float *proto) {
 
 static void add_row(double *sum, const float *k, int dim) {
     for (int j = 0; j < dim; j++) sum[j] += k[j];
-}
-
-enum { TILE_ROWS = 64, TILE_PROTOS = 32 };
-
-void pkv_protokv_nearest(const pkv_kernels *kern, const float *unit_rows, int n, const float *protos, int n_protos,
-                         int dim, int32_t *cluster) {
-    float best[TILE_ROWS];
-    for (int r0 = 0; r0 < n; r0 += TILE_ROWS) {
-        int r1 = r0 + TILE_ROWS < n ? r0 + TILE_ROWS : n;
-        for (int i = r0; i < r1; i++) {
-            best[i - r0] = -INFINITY;
-            cluster[i] = 0;
-        }
-        /* a tile of prototypes stays in cache while the tile of rows passes over it */
-        for (int c0 = 0; c0 < n_protos; c0 += TILE_PROTOS) {
-            int c1 = c0 + TILE_PROTOS < n_protos ? c0 + TILE_PROTOS : n_protos;
-            for (int i = r0; i < r1; i++) {
-                const float *u = unit_rows + (size_t)i * dim;
-                float b = best[i - r0];
-                int32_t arg = cluster[i];
-                for (int c = c0; c < c1; c++) {
-                    float s = kern->dot_f32(dim, u, protos + (size_t)c * dim);
-                    if (s > b) {
-                        b = s;
-                        arg = c;
-                    }
-                }
-                best[i - r0] = b;
-                cluster[i] = arg;
-            }
-        }
-    }
 }
 
 /* ---------------------------------------------------------------- per head */
@@ -442,11 +243,16 @@ typedef struct {
     float *attn, *attn_scratch;
 } scratch_bufs;
 
-static void lap(pkv_protokv_times *t, double *slot, double *t0) {
-    if (!t) return;
-    double t1 = now_seconds();
-    *slot += t1 - *t0;
+/* Tells the observer, if it times steps, the seconds since *t0 spent in `step`. */
+static void lap(const pkv_press_observer *ob, const char *step, double *t0) {
+    if (!ob) return;
+    double t1 = pkv_now_seconds();
+    ob->step(ob->user, step, t1 - *t0);
     *t0 = t1;
+}
+
+static const pkv_press_observer *timer(const pkv_press_input *in) {
+    return in->observer && in->observer->step ? in->observer : NULL;
 }
 
 /* Step 7 per row: raw window logits, or SnapKV's softmax votes (A.4 S1-S4),
@@ -535,8 +341,8 @@ static void cluster_scores(cluster_agg agg, const double *vote, const int32_t *c
 /* Steps 1-7 for KV head g. */
 static int cluster_head(const protokv_params *p, const pkv_press_input *in, int g, scratch_bufs *sb, head_clusters *hc,
                         pkv_error *err) {
-    pkv_protokv_times *t = p->times;
-    double t0 = t ? now_seconds() : 0.0;
+    const pkv_press_observer *t = timer(in);
+    double t0 = t ? pkv_now_seconds() : 0.0;
     const pkv_kernels *kern = in->comp->kern;
     int dim = in->head_dim_k, n = hc->n_prefix;
     const float *keys = in->keys[g];
@@ -546,21 +352,21 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     hc->vote = pkv_arena_alloc(in->arena, (size_t)n * sizeof(double));
     if (!hc->theta || !hc->sat_bucket || !hc->cluster || !hc->vote) goto nomem;
 
-    unit_vectors(keys, n, dim, sb->unit, sb->norm);
-    local_similarity(kern, sb->unit, sb->norm, n, dim, p->kappa, p->edge_zero, sb->sim);
-    outlier_degree(sb->sim, n, p->sign_similar, hc->theta);
-    int n_sat = sat_candidates(p, hc->theta, n, in->arena, sb->sat);
+    pkv_protokv_unit_vectors(keys, n, dim, sb->unit, sb->norm);
+    pkv_protokv_local_similarity(kern, sb->unit, sb->norm, n, dim, p->kappa, p->edge_zero, sb->sim);
+    pkv_protokv_outlier_degree(sb->sim, n, p->sign_similar, hc->theta);
+    int n_sat = pkv_protokv_sat_candidates(hc->theta, n, p->use_beta, p->beta, p->m, in->arena, sb->sat);
     if (n_sat < 0) goto nomem;
-    lap(t, t ? &t->similarity : NULL, &t0);
+    lap(t, "similarity", &t0);
 
-    double sigma = p->sigma > 0.0 ? p->sigma : median_distance(keys, dim, sb->sat, n_sat, in->arena);
+    double sigma = p->sigma > 0.0 ? p->sigma : pkv_protokv_median_distance(keys, dim, sb->sat, n_sat, in->arena);
     double *W = pkv_arena_alloc(in->arena, (size_t)p->r * dim * sizeof(double)), b[MAX_LSH_BITS];
     if (sigma < 0.0 || !W) goto nomem;
     pkv_protokv_lsh_draw(in->seed, in->layer, g, p->r, dim, sigma, W, b);
     for (int i = 0; i < n; i++) hc->sat_bucket[i] = -1;
     for (int s = 0; s < n_sat; s++)
         hc->sat_bucket[sb->sat[s]] = pkv_protokv_lsh_bucket(W, b, p->r, dim, keys + (size_t)sb->sat[s] * dim);
-    lap(t, t ? &t->lsh : NULL, &t0);
+    lap(t, "lsh", &t0);
 
     /* step 4: one prototype per non-empty bucket, in bucket order */
     int n_protos = 0, n_buckets = 1 << p->r;
@@ -587,7 +393,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
         normalise_into(sb->sum, dim, sb->protos + (size_t)n_protos++ * dim);
     }
     hc->n_clusters = n_protos;
-    lap(t, t ? &t->prototypes : NULL, &t0);
+    lap(t, "prototypes", &t0);
 
     /* step 6 */
     if (p->assign_local && v > 0) {
@@ -595,7 +401,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     } else {
         pkv_protokv_nearest(kern, sb->unit, n, sb->protos, n_protos, dim, hc->cluster);
     }
-    lap(t, t ? &t->assignment : NULL, &t0);
+    lap(t, "assignment", &t0);
 
     /* step 7 */
     row_votes(p, in, g, keys, n, sb, hc->vote);
@@ -604,7 +410,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     hc->size = pkv_arena_alloc(in->arena, (size_t)(n_protos + 1) * sizeof(int32_t));
     if (!hc->psi || !hc->size) goto nomem;
     cluster_scores(p->agg, hc->vote, hc->cluster, n, n_protos, hc->psi, hc->size);
-    lap(t, t ? &t->scoring : NULL, &t0);
+    lap(t, "scoring", &t0);
     return 0;
 nomem:
     return pkv_fail(err, PKV_ERR_NOMEM, "out of memory clustering layer %d head %d", in->layer, g);
@@ -671,17 +477,17 @@ static int group_members(const head_clusters *hc, pkv_arena *arena, cluster_memb
 static int retain_clusters(const protokv_params *p, const head_clusters *hc, const bool *forced, int free_slots,
                            pkv_arena *arena, bool *take) {
     cluster_members cm;
-    ranked_row *order = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *order);
+    pkv_protokv_ranked_row *order = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *order);
     int32_t *need = pkv_arena_alloc(arena, (size_t)(hc->n_clusters + 1) * sizeof *need);
-    ranked_row *cand = pkv_arena_alloc(arena, (size_t)hc->n_prefix * sizeof *cand + 16);
+    pkv_protokv_ranked_row *cand = pkv_arena_alloc(arena, (size_t)hc->n_prefix * sizeof *cand + 16);
     if (!order || !need || !cand || group_members(hc, arena, &cm)) return -1;
     int n_order = 0;
     for (int c = 0; c < hc->n_clusters; c++) {
         if (!hc->size[c]) continue; /* a prototype nobody joined is no cluster */
-        order[n_order++] = (ranked_row){hc->psi[c], c};
+        order[n_order++] = (pkv_protokv_ranked_row){hc->psi[c], c};
         for (int k = cm.start[c]; k < cm.start[c + 1]; k++) need[c] += !forced[cm.rows[k]];
     }
-    qsort(order, (size_t)n_order, sizeof *order, cmp_ranked_row);
+    qsort(order, (size_t)n_order, sizeof *order, pkv_protokv_cmp_ranked_row);
     for (int o = 0; o < n_order && free_slots > 0; o++) {
         int c = order[o].idx;
         if (need[c] <= free_slots) {
@@ -693,8 +499,8 @@ static int retain_clusters(const protokv_params *p, const head_clusters *hc, con
         /* fill: the cluster's best-voted rows, ties to the lower position */
         int n_cand = 0;
         for (int k = cm.start[c]; k < cm.start[c + 1]; k++)
-            if (!forced[cm.rows[k]]) cand[n_cand++] = (ranked_row){hc->vote[cm.rows[k]], cm.rows[k]};
-        qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked_row);
+            if (!forced[cm.rows[k]]) cand[n_cand++] = (pkv_protokv_ranked_row){hc->vote[cm.rows[k]], cm.rows[k]};
+        qsort(cand, (size_t)n_cand, sizeof *cand, pkv_protokv_cmp_ranked_row);
         for (int k = 0; k < free_slots; k++) take[cand[k].idx] = true;
         free_slots = 0;
     }
@@ -752,7 +558,7 @@ static double cosine(const float *a, const float *b, int dim) {
 }
 
 /* Mean cosine among the marked rows and between them and the others (the
- * seed's Gamma = intra / inter, "do the SATs cluster"). */
+ * write-up's Gamma = intra / inter, "do the SATs cluster"). */
 static void group_similarity(const float *keys, int n, int dim, const bool *in_group, double *intra, double *inter) {
     double s_in = 0.0, s_out = 0.0;
     long n_in = 0, n_out = 0;
@@ -810,14 +616,17 @@ static int report_head(const pkv_press_input *in, int g, const head_clusters *hc
     };
     group_similarity(in->keys[g], np, dim, sat, &view.sat_intra, &view.sat_inter);
     group_similarity(in->keys[g], np, dim, rnd, &view.rand_intra, &view.rand_inter);
-    in->watch->fn(in->watch->user, &view);
+    in->observer->clusters(in->observer->user, &view);
     return 0;
 }
 
 static int protokv_select(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     const protokv_params *p = pp;
     const head_clusters *heads = sel->state;
-    double t0 = p->times ? now_seconds() : 0.0;
+    const pkv_press_observer *t = timer(in);
+    double t0 = t ? pkv_now_seconds() : 0.0;
+    const pkv_press_observer *ob = in->observer;
+    bool watching = ob && ob->clusters && (ob->layer < 0 || ob->layer == in->layer);
     for (int g = 0; g < sel->n_sel; g++) {
         int n = in->n_rows[g];
         const head_clusters *hc = &heads[g];
@@ -844,19 +653,14 @@ static int protokv_select(const void *pp, const pkv_press_input *in, pkv_press_s
             if (take[j]) keep[m++] = j;
         sel->keep[g] = keep;
         sel->n_keep[g] = m;
-        if (in->watch && hc->n_prefix > 0 && (in->watch->head < 0 || in->watch->head == g) &&
+        if (watching && hc->n_prefix > 0 && (ob->head < 0 || ob->head == g) &&
             report_head(in, g, hc, take, cluster_kept))
             return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reporting layer %d", in->layer);
     }
-    if (p->times) p->times->retention += now_seconds() - t0;
+    lap(t, "retention", &t0);
     return 0;
 }
 
-int pkv_protokv_profile(pkv_press_cfg *cfg, pkv_protokv_times *times) {
-    if (!cfg || !cfg->ops || strcmp(cfg->ops->name, "protokv")) return -1;
-    ((protokv_params *)cfg->params)->times = times;
-    return 0;
-}
 
 const pkv_press_ops pkv_press_protokv = {
     .name = "protokv",

@@ -1,8 +1,8 @@
 /* Random eviction, seeded: a floor for every other press. The stream depends on
  * (seed, layer, head) only, so the same seed gives the same selection at any
  * thread count. */
-#include "press/press.h"
 #include "base/prng.h"
+#include "press/press.h"
 
 static int random_score(const void *p, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     (void)p;

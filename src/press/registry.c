@@ -4,6 +4,7 @@
  * server. A new press is one file in press/ and one line in PRESSES.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,20 +32,45 @@ const pkv_press_ops *pkv_press_registry_get(int i) { return i >= 0 && i < N_PRES
 
 /* ---------------------------------------------------------------- listing (public) */
 
-/* The options every press shares (framework level). */
+/* The options every press shares (framework level), over pkv_press_cfg. */
+static const pkv_press_choice MODES[] = {
+    {"query_aware", PKV_MODE_QUERY_AWARE}, {"query_agnostic", PKV_MODE_QUERY_AGNOSTIC},
+    {"recompress", PKV_MODE_RECOMPRESS}, {NULL, 0}};
+static const pkv_press_choice LAYER_BUDGETS[] = {
+    {"uniform", PKV_LAYER_BUDGET_UNIFORM}, {"pyramid", PKV_LAYER_BUDGET_PYRAMID}, {NULL, 0}};
+static const pkv_press_choice HEAD_BUDGETS[] = {
+    {"uniform", PKV_HEAD_BUDGET_UNIFORM}, {"adaptive", PKV_HEAD_BUDGET_ADAPTIVE}, {NULL, 0}};
+
+#define CFG(field) offsetof(pkv_press_cfg, field)
 static const pkv_press_option COMMON_OPTIONS[] = {
-    {"budget", "rows kept per KV head per layer, window included"},
-    {"ratio", "fraction of rows removed, in [0, 1): keep floor(L * (1 - ratio))"},
-    {"window", "observation window: the newest rows whose queries score the rest, always kept (default 32)"},
-    {"mode", "query_aware (default) | query_agnostic | recompress"},
-    {"layer_budget", "uniform (default) | pyramid: PyramidKV's per-layer schedule over the pressed layers"},
-    {"pyramid_beta", "PyramidKV's beta: the last layer keeps about (C - w) / beta prefix rows (default 20)"},
-    {"head_budget", "uniform (default) | adaptive: AdaKV shares each layer's budget among its heads by score"},
-    {"adaptive_floor", "AdaKV's alpha in [0, 1]: share of a head's budget it keeps whatever the scores (default 0.2)"},
-    {"seed", "seed for seeded presses (default 0)"},
-    {"protect", "BEGIN:END token range no press may evict (repeatable)"},
-    {NULL, NULL},
+    {.key = "budget", .help = "rows kept per KV head per layer, window included", .type = PKV_OPT_INT,
+     .offset = CFG(budget), .lo = 1, .hi = 1 << 30, .clears = "ratio"},
+    {.key = "ratio", .help = "fraction of rows removed, in [0, 1): keep floor(L * (1 - ratio))", .type = PKV_OPT_REAL,
+     .offset = CFG(ratio), .lo = 0, .hi = 1, .flags = PKV_OPT_BELOW_HI, .clears = "budget", .why = "(fraction removed)"},
+    {.key = "window", .help = "observation window: the newest rows whose queries score the rest, always kept (default 32)",
+     .type = PKV_OPT_INT, .offset = CFG(window), .lo = 1, .hi = 1 << 20},
+    {.key = "mode", .help = "query_aware (default) | query_agnostic | recompress", .type = PKV_OPT_CHOICE,
+     .offset = CFG(mode), .choices = MODES},
+    {.key = "layer_budget", .help = "uniform (default) | pyramid: PyramidKV's per-layer schedule over the pressed layers",
+     .type = PKV_OPT_CHOICE, .offset = CFG(layer_budget), .choices = LAYER_BUDGETS},
+    {.key = "pyramid_beta", .help = "PyramidKV's beta: the last layer keeps about (C - w) / beta prefix rows (default 20)",
+     .type = PKV_OPT_REAL, .offset = CFG(pyramid_beta), .lo = 1, .hi = INFINITY},
+    {.key = "head_budget", .help = "uniform (default) | adaptive: AdaKV shares each layer's budget among its heads by score",
+     .type = PKV_OPT_CHOICE, .offset = CFG(head_budget), .choices = HEAD_BUDGETS},
+    {.key = "adaptive_floor",
+     .help = "AdaKV's alpha in [0, 1]: share of a head's budget it keeps whatever the scores (default 0.2)",
+     .type = PKV_OPT_REAL, .offset = CFG(adaptive_floor), .lo = 0, .hi = 1},
+    {.key = "seed", .help = "seed for seeded presses (default 0)", .type = PKV_OPT_U64, .offset = CFG(seed)},
+    {.key = "protect", .help = "BEGIN:END token range no press may evict (repeatable)", .type = PKV_OPT_SPAN},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
+#undef CFG
+
+static const pkv_press_option *find_option(const pkv_press_option *table, const char *key) {
+    for (const pkv_press_option *o = table; o && o->key; o++)
+        if (!strcmp(o->key, key)) return o;
+    return NULL;
+}
 
 bool pkv_press_list(int i, const char **name, const char **summary) {
     if (i == 0) {
@@ -124,110 +150,22 @@ void pkv_press_cfg_free(pkv_press_cfg *cfg) {
 
 const char *pkv_press_cfg_name(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->ops->name : "none"; }
 
-static int parse_int(const char *key, const char *value, long lo, long hi, long *out, pkv_error *err) {
-    char *end;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end || v < lo || v > hi)
-        return pkv_fail(err, PKV_ERR_ARG, "press option %s must be an integer in [%ld, %ld], got '%s'", key, lo, hi,
-                        value);
-    *out = v;
-    return 0;
-}
-
-static int parse_double(const char *key, const char *value, double *out, pkv_error *err) {
-    char *end;
-    double v = strtod(value, &end);
-    if (*value == '\0' || *end || !isfinite(v))
-        return pkv_fail(err, PKV_ERR_ARG, "press option %s must be a number, got '%s'", key, value);
-    *out = v;
-    return 0;
-}
-
-int pkv_press_cfg_add_protect(pkv_press_cfg *cfg, int begin, int end, pkv_error *err) {
-    if (begin < 0 || end <= begin)
-        return pkv_fail(err, PKV_ERR_ARG, "protected span %d:%d must satisfy 0 <= begin < end", begin, end);
-    pkv_span *p = realloc(cfg->protect, (size_t)(cfg->n_protect + 1) * sizeof *p);
-    if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
-    cfg->protect = p;
-    cfg->protect[cfg->n_protect++] = (pkv_span){begin, end};
-    return 0;
-}
+bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg) { return cfg && cfg->ops; }
+pkv_mode pkv_press_cfg_mode(const pkv_press_cfg *cfg) { return cfg ? cfg->mode : PKV_MODE_QUERY_AWARE; }
+int pkv_press_cfg_window(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->window : 0; }
+bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg) { return cfg && cfg->ops && cfg->ops->needs_attn_sum; }
 
 int pkv_press_cfg_set(pkv_press_cfg *cfg, const char *key, const char *value, pkv_error *err) {
-    long v;
-    if (!strcmp(key, "budget")) {
-        if (parse_int(key, value, 1, 1L << 30, &v, err)) return -1;
-        cfg->budget = (int)v;
-        cfg->ratio = 0.0;
-        return 0;
-    }
-    if (!strcmp(key, "ratio")) {
-        double r = 0.0;
-        if (parse_double(key, value, &r, err)) return -1;
-        if (!(r >= 0.0 && r < 1.0))
-            return pkv_fail(err, PKV_ERR_ARG, "press ratio must be in [0, 1) (fraction removed), got %s", value);
-        cfg->ratio = r;
-        cfg->budget = 0;
-        return 0;
-    }
-    if (!strcmp(key, "window")) {
-        if (parse_int(key, value, 1, 1L << 20, &v, err)) return -1;
-        cfg->window = (int)v;
-        return 0;
-    }
-    if (!strcmp(key, "seed")) {
-        char *end;
-        unsigned long long s = strtoull(value, &end, 10);
-        if (*value == '\0' || *end || *value == '-')
-            return pkv_fail(err, PKV_ERR_ARG, "press seed must be a non-negative integer, got '%s'", value);
-        cfg->seed = s;
-        return 0;
-    }
-    if (!strcmp(key, "mode")) {
-        if (!strcmp(value, "query_aware")) cfg->mode = PKV_MODE_QUERY_AWARE;
-        else if (!strcmp(value, "query_agnostic")) cfg->mode = PKV_MODE_QUERY_AGNOSTIC;
-        else if (!strcmp(value, "recompress")) cfg->mode = PKV_MODE_RECOMPRESS;
-        else
-            return pkv_fail(err, PKV_ERR_ARG, "press mode must be query_aware, query_agnostic or recompress, got '%s'",
-                            value);
-        return 0;
-    }
-    if (!strcmp(key, "layer_budget")) {
-        if (!strcmp(value, "uniform")) cfg->layer_budget = PKV_LAYER_BUDGET_UNIFORM;
-        else if (!strcmp(value, "pyramid")) cfg->layer_budget = PKV_LAYER_BUDGET_PYRAMID;
-        else return pkv_fail(err, PKV_ERR_ARG, "layer_budget must be uniform or pyramid, got '%s'", value);
-        return 0;
-    }
-    if (!strcmp(key, "head_budget")) {
-        if (!strcmp(value, "uniform")) cfg->head_budget = PKV_HEAD_BUDGET_UNIFORM;
-        else if (!strcmp(value, "adaptive")) cfg->head_budget = PKV_HEAD_BUDGET_ADAPTIVE;
-        else return pkv_fail(err, PKV_ERR_ARG, "head_budget must be uniform or adaptive, got '%s'", value);
-        return 0;
-    }
-    if (!strcmp(key, "pyramid_beta")) {
-        double b = 0.0;
-        if (parse_double(key, value, &b, err)) return -1;
-        if (!(b >= 1.0)) return pkv_fail(err, PKV_ERR_ARG, "pyramid_beta must be >= 1, got %s", value);
-        cfg->pyramid_beta = b;
-        return 0;
-    }
-    if (!strcmp(key, "adaptive_floor")) {
-        double a = 0.0;
-        if (parse_double(key, value, &a, err)) return -1;
-        if (!(a >= 0.0 && a <= 1.0)) return pkv_fail(err, PKV_ERR_ARG, "adaptive_floor must be in [0, 1], got %s", value);
-        cfg->adaptive_floor = a;
-        return 0;
-    }
-    if (!strcmp(key, "protect")) {
-        char *colon;
-        long b = strtol(value, &colon, 10), e;
-        if (colon == value || *colon != ':' || parse_int(key, colon + 1, 1, 1L << 30, &e, NULL))
-            return pkv_fail(err, PKV_ERR_ARG, "protect expects BEGIN:END token positions, got '%s'", value);
-        return pkv_press_cfg_add_protect(cfg, (int)b, (int)e, err);
-    }
-    if (cfg->ops && cfg->ops->set_option) {
-        int rc = cfg->ops->set_option(cfg->params, key, value, err);
-        if (rc <= 0) return rc;
+    const pkv_press_option *o = find_option(COMMON_OPTIONS, key);
+    if (o) return pkv_press_option_set(COMMON_OPTIONS, o, cfg, "press", value, cfg, err);
+    if (cfg->ops) {
+        o = find_option(cfg->ops->options, key);
+        if (o && o->type != PKV_OPT_CUSTOM)
+            return pkv_press_option_set(cfg->ops->options, o, cfg->params, cfg->ops->name, value, cfg, err);
+        if (cfg->ops->set_option) {
+            int rc = cfg->ops->set_option(cfg->params, key, value, err);
+            if (rc <= 0) return rc;
+        }
     }
     return pkv_fail(err, PKV_ERR_ARG, "press '%s' has no option '%s' (see promptkv run --help-press %s)",
                     pkv_press_cfg_name(cfg), key, pkv_press_cfg_name(cfg));
@@ -259,11 +197,11 @@ int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len) {
     return n;
 }
 
-int pkv_press_cfg_watch_clusters(pkv_press_cfg *cfg, int layer, int head, pkv_cluster_view_fn fn, void *user,
-                                 pkv_error *err) {
-    if (fn && (!cfg || !cfg->ops || !cfg->ops->reports_clusters))
+int pkv_press_cfg_observe(pkv_press_cfg *cfg, const pkv_press_observer *obs, pkv_error *err) {
+    if (obs && obs->clusters && (!cfg || !cfg->ops || !cfg->ops->reports_clusters))
         return pkv_fail(err, PKV_ERR_ARG, "press '%s' forms no clusters to watch (protokv does)", pkv_press_cfg_name(cfg));
     if (!cfg) return 0;
-    cfg->watch = (pkv_press_watch){.layer = layer, .head = head, .fn = fn, .user = user};
+    if (obs) cfg->observer = *obs;
+    else memset(&cfg->observer, 0, sizeof cfg->observer);
     return 0;
 }

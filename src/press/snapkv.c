@@ -1,5 +1,5 @@
 /*
- * SnapKV (algorithms.md Part A), as the official code does it: the softmax
+ * SnapKV (docs/presses.md Part A), as the official code does it: the softmax
  * attention of the observation window's queries over all rows (causal inside
  * the window), summed over the window rows on the prefix (the vote, A.4 S4),
  * pooled along positions (S5: avg with zero padding and divisor kernel as
@@ -11,6 +11,7 @@
  * aggregated (mean, max or sum) before pooling, one selection per KV head.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,52 +21,32 @@
 
 typedef struct {
     int kernel;
-    pkv_pool_kind pool;
-    bool per_query_head;
-    pkv_group_agg agg;
+    int pool;           /* pkv_pool_kind */
+    int per_query_head; /* granularity */
+    int agg;            /* pkv_group_agg */
 } snapkv_params;
 
+static const pkv_press_choice POOLS[] = {{"avg", PKV_POOL_AVG}, {"max", PKV_POOL_MAX}, {NULL, 0}};
+static const pkv_press_choice GRANULARITIES[] = {{"kv_head", 0}, {"query_head", 1}, {NULL, 0}};
+static const pkv_press_choice AGGS[] = {{"mean", PKV_AGG_MEAN}, {"max", PKV_AGG_MAX}, {"sum", PKV_AGG_SUM}, {NULL, 0}};
+
+#define P(field) offsetof(snapkv_params, field)
 static const pkv_press_option SNAPKV_OPTIONS[] = {
-    {"kernel", "pooling kernel, odd (default 7; 1 = no pooling)"},
-    {"pool", "avg | max (default max)"},
-    {"granularity", "kv_head (default: one selection per KV head) | query_head (official: per query head)"},
-    {"group_agg", "mean | max | sum: how a KV head's query heads vote (kv_head granularity; default mean)"},
-    {NULL, NULL},
+    {.key = "kernel", .help = "pooling kernel, odd (default 7; 1 = no pooling)", .type = PKV_OPT_INT,
+     .offset = P(kernel), .lo = 1, .hi = 1001, .flags = PKV_OPT_ODD,
+     .why = "(even kernels give P+1 pooled scores: docs/presses.md A.4 S5)"},
+    {.key = "pool", .help = "avg | max (default max)", .type = PKV_OPT_CHOICE, .offset = P(pool), .choices = POOLS},
+    {.key = "granularity", .help = "kv_head (default: one selection per KV head) | query_head (official: per query head)",
+     .type = PKV_OPT_CHOICE, .offset = P(per_query_head), .choices = GRANULARITIES},
+    {.key = "group_agg", .help = "mean | max | sum: how a KV head's query heads vote (kv_head granularity; default mean)",
+     .type = PKV_OPT_CHOICE, .offset = P(agg), .choices = AGGS},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
+#undef P
 
 static void snapkv_defaults(void *p) {
     /* the paper's LongBench setting (A.9): w 32, kernel 7, max pooling */
     *(snapkv_params *)p = (snapkv_params){.kernel = 7, .pool = PKV_POOL_MAX, .agg = PKV_AGG_MEAN};
-}
-
-static int snapkv_set(void *pp, const char *key, const char *value, pkv_error *err) {
-    snapkv_params *p = pp;
-    if (!strcmp(key, "kernel")) {
-        char *end;
-        long k = strtol(value, &end, 10);
-        if (*value == '\0' || *end || k < 1 || k > 1001 || k % 2 == 0)
-            return pkv_fail(err, PKV_ERR_ARG,
-                            "snapkv kernel must be an odd integer in [1, 1001], got '%s' (even kernels give P+1 "
-                            "pooled scores: algorithms.md A.4 S5)",
-                            value);
-        p->kernel = (int)k;
-    } else if (!strcmp(key, "pool")) {
-        if (!strcmp(value, "avg")) p->pool = PKV_POOL_AVG;
-        else if (!strcmp(value, "max")) p->pool = PKV_POOL_MAX;
-        else return pkv_fail(err, PKV_ERR_ARG, "snapkv pool must be avg or max, got '%s'", value);
-    } else if (!strcmp(key, "granularity")) {
-        if (!strcmp(value, "kv_head")) p->per_query_head = false;
-        else if (!strcmp(value, "query_head")) p->per_query_head = true;
-        else return pkv_fail(err, PKV_ERR_ARG, "snapkv granularity must be kv_head or query_head, got '%s'", value);
-    } else if (!strcmp(key, "group_agg")) {
-        if (!strcmp(value, "mean")) p->agg = PKV_AGG_MEAN;
-        else if (!strcmp(value, "max")) p->agg = PKV_AGG_MAX;
-        else if (!strcmp(value, "sum")) p->agg = PKV_AGG_SUM;
-        else return pkv_fail(err, PKV_ERR_ARG, "snapkv group_agg must be mean, max or sum, got '%s'", value);
-    } else {
-        return 1; /* not ours */
-    }
-    return 0;
 }
 
 static int snapkv_forced_window(const void *p, int window) {
@@ -145,7 +126,6 @@ const pkv_press_ops pkv_press_snapkv = {
     .options = SNAPKV_OPTIONS,
     .params_size = sizeof(snapkv_params),
     .defaults = snapkv_defaults,
-    .set_option = snapkv_set,
     .forced_window = snapkv_forced_window,
     .per_query_head = snapkv_per_query_head,
     .score = snapkv_score,

@@ -1,4 +1,4 @@
-/* SnapKV's vote arithmetic, exposed for tests against algorithms.md A.14. */
+/* SnapKV's vote arithmetic, exposed for tests against docs/presses.md A.14. */
 #ifndef PKV_PRESS_SNAPKV_H
 #define PKV_PRESS_SNAPKV_H
 

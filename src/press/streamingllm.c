@@ -4,9 +4,8 @@
  * positions (kvpress issue #158), budget = sinks + recent.
  */
 #include <math.h>
-#include <string.h>
+#include <stddef.h>
 
-#include "press/baselines_common.h"
 #include "press/press.h"
 
 typedef struct {
@@ -14,16 +13,12 @@ typedef struct {
 } streaming_params;
 
 static const pkv_press_option STREAMING_OPTIONS[] = {
-    {"sinks", "initial rows always kept (default 4)"},
-    {NULL, NULL},
+    {.key = "sinks", .help = "initial rows always kept (default 4)", .type = PKV_OPT_INT,
+     .offset = offsetof(streaming_params, sinks), .lo = 0, .hi = 1 << 20},
+    {NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static void streaming_defaults(void *p) { ((streaming_params *)p)->sinks = 4; }
-
-static int streaming_set(void *p, const char *key, const char *value, pkv_error *err) {
-    if (strcmp(key, "sinks")) return 1;
-    return press_parse_count("streamingllm", key, value, 1 << 20, &((streaming_params *)p)->sinks, err);
-}
 
 static int streaming_score(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     (void)err;
@@ -42,6 +37,5 @@ const pkv_press_ops pkv_press_streamingllm = {
     .options = STREAMING_OPTIONS,
     .params_size = sizeof(streaming_params),
     .defaults = streaming_defaults,
-    .set_option = streaming_set,
     .score = streaming_score,
 };

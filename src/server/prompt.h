@@ -1,7 +1,8 @@
-/* From a parsed request to what a slot runs: the prompt's tokens (chat
- * template applied), the press configured from kv_compression or the server's
- * default, the sampling parameters, the number of tokens to generate, and
- * the KV-cache bytes the request may need at most (for admission). */
+/* From a parsed request to what a slot runs: an engine request (the prompt
+ * or the conversation, the press configured from kv_compression or the
+ * server's default, the sampling parameters, the stop strings, the number of
+ * tokens to generate), its tokens, and the KV-cache bytes it may need at most
+ * (for admission). */
 #ifndef PKV_SERVER_PROMPT_H
 #define PKV_SERVER_PROMPT_H
 
@@ -27,23 +28,20 @@ typedef struct {
 } srv_limits;
 
 typedef struct {
-    int32_t *tokens;
-    int n_tokens;
-    int n_first;              /* tokens prefilled with the press; the rest after it (query_agnostic) */
-    int n_system;             /* tokens of the protected system prompt (0: none) */
-    pkv_press_cfg *press;     /* never NULL ("none" when not compressing) */
-    bool compress;            /* the press is not "none" */
+    /* The request as the engine runs it (pkv_request_run): its text
+     * and stop strings point into the srv_request, which must outlive it. */
+    pkv_request req;
+    pkv_chat_message *messages; /* owned: the conversation req.prompt points at */
+    pkv_request_prompt prompt;  /* the tokens and where the press runs */
+    pkv_press_cfg *press;       /* owned, req.press; never NULL ("none" when not compressing) */
+    bool compress;              /* the press is not "none" */
     char press_desc[160];
-    int max_tokens;
-    pkv_sampler_params sampling;
-    uint64_t cache_bytes_max; /* upper estimate of the KV cache this request can reach */
+    uint64_t cache_bytes_max;   /* the engine's estimate of the most KV cache the request can reach */
+    uint64_t row_bytes;         /* one cache row of one head: key, value, position */
 } srv_prepared;
 
 int srv_prepare(const pkv_model *model, const srv_limits *lim, const srv_request *req, srv_prepared *out,
                 srv_error *e);
 void srv_prepared_free(srv_prepared *p);
-
-/* Bytes one cache row of one head costs: keys, values and its position. */
-uint64_t srv_row_bytes(const pkv_model *model, int elem_bytes);
 
 #endif

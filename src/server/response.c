@@ -4,13 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "textout.h"
+#include "promptkv.h"
 
 json_t *srv_json_text(const char *s, size_t len) {
     if (len > ((size_t)1 << 30)) return NULL;
     char *clean = malloc(3 * len + 1);
     if (!clean) return NULL;
-    size_t n = srv_utf8_sanitize(s, len, clean);
+    size_t n = pkv_utf8_repair(s, len, clean);
     json_t *j = json_stringn_nocheck(clean, n);
     free(clean);
     return j;

@@ -16,12 +16,6 @@ struct srv_slot {
     uint64_t saved_bytes;  /* what compression saved for the running request (guarded) */
 };
 
-double srv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------ jobs */
 
 srv_job *srv_job_new(srv_request *req, srv_prepared *in) {
@@ -36,18 +30,18 @@ srv_job *srv_job_new(srv_request *req, srv_prepared *in) {
     job->in = *in;
     memset(req, 0, sizeof *req);
     memset(in, 0, sizeof *in);
-    srv_textout_init(&job->out, (const char *const *)job->req.stop, job->req.n_stop);
+    job->in.req.stop = (const char *const *)job->req.stop; /* the array moved with the request */
     job->refs = 1;
     job->slot = -1;
     snprintf(job->press_desc, sizeof job->press_desc, "%s", job->in.press_desc);
     job->usage.press = job->press_desc;
-    job->usage.prompt_tokens = job->in.n_tokens;
+    job->usage.prompt_tokens = job->in.prompt.prompt.n_tokens;
     return job;
 }
 
 static void job_unref_locked(srv_job *job) {
     if (--job->refs > 0) return;
-    srv_textout_free(&job->out);
+    free(job->out.text);
     srv_request_free(&job->req);
     srv_prepared_free(&job->in);
     pthread_cond_destroy(&job->cv);
@@ -77,8 +71,7 @@ static void queue_remove_locked(srv_sched *sc, srv_job *job) {
 /* Ends a job that never ran (cancelled, timed out) or that a slot finished. */
 static void job_done_locked(srv_job *job) {
     job->state = JOB_DONE;
-    job->t_end = srv_now();
-    srv_textout_finish(&job->out);
+    job->t_end = pkv_now_seconds();
     pthread_cond_broadcast(&job->cv);
 }
 
@@ -100,7 +93,7 @@ int srv_submit(srv_sched *sc, srv_job *job, srv_error *e) {
                       sc->q_len);
     } else {
         job->state = JOB_QUEUED;
-        job->t_submit = srv_now();
+        job->t_submit = pkv_now_seconds();
         job->refs++; /* the queue's */
         sc->queue[(sc->q_head + sc->q_len) % sc->opts.queue_cap] = job;
         sc->q_len++;
@@ -158,7 +151,7 @@ int srv_job_next(srv_sched *sc, srv_job *job, bool (*client_gone)(void *), void 
     }
     pthread_mutex_lock(&sc->mu);
     while (!has_news_locked(job)) {
-        if (job->state == JOB_QUEUED && srv_now() - job->t_submit > sc->opts.queue_timeout) {
+        if (job->state == JOB_QUEUED && pkv_now_seconds() - job->t_submit > sc->opts.queue_timeout) {
             sc->m.queue_timeouts++;
             job->failed = true;
             srv_fail(&job->error, 503, "server_error", "queue_timeout", NULL,
@@ -211,27 +204,15 @@ static void cache_rows(const pkv_session *s, int n_prompt, int64_t *rows, int64_
     }
 }
 
-static int prefill(srv_slot *slot, srv_job *job, pkv_error *err) {
-    pkv_session *s = slot->session;
-    const srv_prepared *in = &job->in;
-    pkv_prefill_stats ps;
-    if (pkv_prefill(s, in->tokens, in->n_first, in->press, &ps, err)) return -1;
-    /* query_agnostic: the question after the compressed context, uncompressed */
-    if (in->n_first < in->n_tokens &&
-        pkv_prefill(s, in->tokens + in->n_first, in->n_tokens - in->n_first, NULL, &ps, err))
-        return -1;
-    return 0;
-}
-
 /* Records the state after the prompt: usage fields and the slot's cache. */
 static void after_prefill(srv_slot *slot, srv_job *job, double seconds) {
     srv_sched *sc = slot->sc;
     pkv_session *s = slot->session;
     int64_t rows, rows_full;
-    cache_rows(s, job->in.n_tokens, &rows, &rows_full);
+    int n_prompt = job->in.prompt.prompt.n_tokens;
+    cache_rows(s, n_prompt, &rows, &rows_full);
     int64_t bytes = (int64_t)pkv_session_cache_bytes(s);
-    int64_t row_bytes = (int64_t)srv_row_bytes(sc->model, sc->opts.session.cache_type == PKV_CACHE_F32 ? 4 : 2);
-    int64_t full = bytes + (rows_full - rows) * row_bytes;
+    int64_t full = bytes + (rows_full - rows) * (int64_t)job->in.row_bytes;
     pthread_mutex_lock(&sc->mu);
     job->prefill_seconds = seconds;
     job->usage.kv_rows = rows;
@@ -240,7 +221,7 @@ static void after_prefill(srv_slot *slot, srv_job *job, double seconds) {
     job->usage.kv_bytes_full = full;
     slot->cache_bytes = (uint64_t)bytes;
     slot->saved_bytes = full > bytes ? (uint64_t)(full - bytes) : 0;
-    sc->m.prompt_tokens += (uint64_t)job->in.n_tokens;
+    sc->m.prompt_tokens += (uint64_t)n_prompt;
     sc->m.prefill_seconds += seconds;
     if (job->in.compress) {
         sc->m.compressed_requests++;
@@ -249,28 +230,56 @@ static void after_prefill(srv_slot *slot, srv_job *job, double seconds) {
     pthread_mutex_unlock(&sc->mu);
 }
 
-/* Adds a token's text; true when the job should stop (cancelled, a stop string). */
-static bool publish_token(srv_slot *slot, srv_job *job, const char *piece, int len, int n_gen) {
-    srv_sched *sc = slot->sc;
-    uint64_t bytes = pkv_session_cache_bytes(slot->session);
+/* The engine's events: the prompt read (the usage recorded), then the
+ * released text of each token goes to the job; false when the client went
+ * away or the server stops. */
+typedef struct {
+    srv_slot *slot;
+    srv_job *job;
+    double t_start; /* the prefill's start */
+} publisher;
+
+static void publish_prefilled(void *user, const pkv_request_stats *stats) {
+    publisher *pb = user;
+    after_prefill(pb->slot, pb->job, pkv_now_seconds() - pb->t_start);
+}
+
+static bool publish_token(void *user, const pkv_token_event *ev) {
+    publisher *pb = user;
+    srv_sched *sc = pb->slot->sc;
+    srv_job *job = pb->job;
+    uint64_t bytes = pkv_session_cache_bytes(pb->slot->session);
     pthread_mutex_lock(&sc->mu);
-    bool stop = job->cancelled;
-    if (!stop) {
-        if (srv_textout_append(&job->out, piece, (size_t)len)) {
-            job->failed = true;
-            srv_fail(&job->error, 500, "server_error", NULL, NULL, "out of memory for the generated text");
-            stop = true;
-        } else if (job->out.stopped) {
-            job->finish_reason = "stop";
-            stop = true;
+    bool go_on = !job->cancelled;
+    if (go_on && ev->text_len) {
+        srv_text *t = &job->out;
+        if (t->cap - t->ready < ev->text_len + 1) {
+            size_t cap = t->cap ? t->cap : 256;
+            while (cap - t->ready < ev->text_len + 1) cap *= 2;
+            char *p = realloc(t->text, cap);
+            if (!p) {
+                job->failed = true;
+                srv_fail(&job->error, 500, "server_error", NULL, NULL, "out of memory for the generated text");
+                go_on = false;
+            } else {
+                t->text = p;
+                t->cap = cap;
+            }
         }
-        job->usage.completion_tokens = n_gen;
-        sc->m.completion_tokens++;
-        slot->cache_bytes = bytes;
-        pthread_cond_broadcast(&job->cv);
+        if (go_on) {
+            memcpy(t->text + t->ready, ev->text, ev->text_len);
+            t->ready += ev->text_len;
+            t->text[t->ready] = '\0';
+        }
     }
+    if (go_on && ev->token >= 0 && !ev->end_of_generation) {
+        job->usage.completion_tokens++;
+        sc->m.completion_tokens++;
+    }
+    pb->slot->cache_bytes = bytes;
+    pthread_cond_broadcast(&job->cv);
     pthread_mutex_unlock(&sc->mu);
-    return stop;
+    return go_on;
 }
 
 static void fail_job(srv_slot *slot, srv_job *job, const pkv_error *err) {
@@ -286,68 +295,39 @@ static void fail_job(srv_slot *slot, srv_job *job, const pkv_error *err) {
     pthread_mutex_unlock(&sc->mu);
 }
 
-/* The decode loop: sample, publish, feed back; the first token comes from the
- * prompt's logits. */
-static void generate(srv_slot *slot, srv_job *job) {
-    pkv_session *s = slot->session;
-    const pkv_model *model = pkv_session_model(s);
-    pkv_sampler *sampler = pkv_sampler_new(&job->in.sampling, pkv_n_vocab(model));
-    if (!sampler) {
-        pkv_error oom = {PKV_ERR_NOMEM, "out of memory for the sampler"};
-        fail_job(slot, job, &oom);
-        return;
+static const char *finish_reason(pkv_finish f) {
+    switch (f) {
+    case PKV_FINISH_END:
+    case PKV_FINISH_STOP: return "stop";
+    case PKV_FINISH_LENGTH:
+    case PKV_FINISH_CONTEXT: return "length"; /* the context is full */
+    default: return NULL;
     }
-    const char *finish = "length";
-    double decode_seconds = 0.0;
-    int n_gen = 0, n_decoded = 0;
-    char piece[256];
-    for (;;) {
-        pkv_error err;
-        int32_t tok = pkv_sample(sampler, pkv_logits(s), &err);
-        if (tok < 0) { /* no finite logit: a 500, never a random token */
-            fail_job(slot, job, &err);
-            finish = NULL;
-            break;
-        }
-        if (pkv_token_is_eog(model, tok)) {
-            finish = "stop";
-            break;
-        }
-        int plen = pkv_token_to_piece(model, tok, false, piece, sizeof piece);
-        n_gen++;
-        if (publish_token(slot, job, piece, plen > 0 ? plen : 0, n_gen)) {
-            finish = NULL; /* set by publish_token when a stop string ended it */
-            break;
-        }
-        if (n_gen >= job->in.max_tokens) break;
-        double t0 = srv_now();
-        if (pkv_decode(s, tok, &err)) {
-            if (err.code != PKV_ERR_LIMIT && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
-            break; /* the context is full: "length" */
-        }
-        decode_seconds += srv_now() - t0;
-        n_decoded++;
-    }
-    pkv_sampler_free(sampler);
-    srv_sched *sc = slot->sc;
-    pthread_mutex_lock(&sc->mu);
-    if (finish && !job->finish_reason) job->finish_reason = finish;
-    job->decode_seconds = decode_seconds;
-    job->n_decoded = n_decoded;
-    sc->m.decode_seconds += decode_seconds;
-    sc->m.decoded_tokens += (uint64_t)n_decoded;
-    pthread_mutex_unlock(&sc->mu);
 }
 
+/* The request, run by the engine: usage recorded once the prompt is read,
+ * the text streamed to the job, the outcome recorded. */
 static void run_job(srv_slot *slot, srv_job *job) {
+    publisher pb = {slot, job, pkv_now_seconds()};
+    pkv_request req = job->in.req;
+    req.on_prefilled = publish_prefilled;
+    req.on_token = publish_token;
+    req.user = &pb;
+    pkv_request_stats st = {0};
     pkv_error err;
-    double t0 = srv_now();
-    if (prefill(slot, job, &err)) {
-        if (err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
-        return;
-    }
-    after_prefill(slot, job, srv_now() - t0);
-    generate(slot, job);
+    int rc = pkv_request_run(slot->session, &req, &job->in.prompt, &st, &err);
+    if (rc && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
+    if (!st.prefilled) return;
+    srv_sched *sc = slot->sc;
+    pthread_mutex_lock(&sc->mu);
+    /* no finite logit: a 500 without a finish reason; a failed step otherwise ends with "length" */
+    const char *finish = rc ? (err.code == PKV_ERR_NUMERIC ? NULL : "length") : finish_reason(st.finish);
+    if (finish && !job->finish_reason) job->finish_reason = finish;
+    job->decode_seconds = st.decode_seconds;
+    job->n_decoded = st.n_decoded;
+    sc->m.decode_seconds += st.decode_seconds;
+    sc->m.decoded_tokens += (uint64_t)st.n_decoded;
+    pthread_mutex_unlock(&sc->mu);
 }
 
 /* The first queued job, when its memory fits. FIFO: a large request is not
@@ -379,7 +359,7 @@ static void *slot_main(void *arg) {
         }
         job->state = JOB_RUNNING;
         job->slot = slot->index;
-        job->t_start = srv_now();
+        job->t_start = pkv_now_seconds();
         slot->job = job;
         pthread_mutex_unlock(&sc->mu);
 

@@ -13,16 +13,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "promptkv.h"
+#include "base/clock.h"
 #include "prompt.h"
+#include "promptkv.h"
 #include "request.h"
 #include "response.h"
-#include "textout.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } srv_job_state;
 
+typedef struct {
+    char *text;
+    size_t ready, cap; /* text[0, ready) */
+} srv_text;
+
 typedef struct srv_job {
-    srv_request req;      /* owned; its stop strings are the textout's */
+    srv_request req;      /* owned; the engine request in `in` points into it */
     srv_prepared in;      /* owned */
     /* everything below is guarded by the scheduler's mutex */
     srv_job_state state;
@@ -30,7 +35,7 @@ typedef struct srv_job {
     bool cancelled;       /* the client went away or the server is stopping */
     bool failed;          /* error holds why (nothing was generated, or the stream ends with it) */
     srv_error error;
-    srv_textout out;
+    srv_text out;         /* text the engine released for the client (final) */
     size_t taken;         /* text the connection has taken so far */
     const char *finish_reason;
     srv_usage usage;
@@ -126,7 +131,5 @@ void srv_sched_cancel_all(srv_sched *sc);
 /* Counts a response for /metrics (endpoint < 0: another path). */
 void srv_sched_count_response(srv_sched *sc, int endpoint, int status);
 void srv_sched_metrics(srv_sched *sc, srv_metrics *out);
-
-double srv_now(void);
 
 #endif

@@ -323,7 +323,7 @@ static enum MHD_Result post_completion(request *r) {
     }
     bool stream = req.stream;
     r->include_usage = req.include_usage;
-    r->prompt_tokens = prep.n_tokens;
+    r->prompt_tokens = prep.prompt.prompt.n_tokens;
     snprintf(r->press_desc, sizeof r->press_desc, "%s", prep.press_desc);
     r->job = srv_job_new(&req, &prep);
     if (!r->job) return queue_json(r, 500, NULL);
@@ -382,7 +382,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         r->srv = srv;
         r->conn = conn;
-        r->t_start = srv_now();
+        r->t_start = pkv_now_seconds();
         r->endpoint = route_endpoint(url);
         snprintf(r->method, sizeof r->method, "%s", method);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -419,7 +419,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 static void log_request(const request *r) {
-    double ms = (srv_now() - r->t_start) * 1e3;
+    double ms = (pkv_now_seconds() - r->t_start) * 1e3;
     char url[96], method[sizeof r->method]; /* the client's bytes: printable ASCII only in the log */
     snprintf(url, sizeof url, "%s", r->url);
     snprintf(method, sizeof method, "%s", r->method);
@@ -577,7 +577,7 @@ static void drain(server *srv, const sigset_t *signals) {
     pthread_mutex_unlock(&srv->mu);
     srv_sched_set_draining(&srv->sc);
     srv_gate_close_listener(srv->gate);
-    double deadline = srv_now() + srv->opts->drain_timeout;
+    double deadline = pkv_now_seconds() + srv->opts->drain_timeout;
     bool cancelled = false;
     for (;;) {
         pthread_mutex_lock(&srv->mu);
@@ -586,13 +586,13 @@ static void drain(server *srv, const sigset_t *signals) {
         if (active == 0 && srv_sched_idle(&srv->sc)) break;
         struct timespec tick = {0, 100 * 1000000L};
         int sig = sigtimedwait(signals, NULL, &tick);
-        if (!cancelled && (sig > 0 || srv_now() > deadline)) {
+        if (!cancelled && (sig > 0 || pkv_now_seconds() > deadline)) {
             fprintf(stderr, "promptkv serve: %s: stopping %d running requests\n",
                     sig > 0 ? "second signal" : "drain timeout", active);
             srv_sched_cancel_all(&srv->sc);
             cancelled = true;
-            deadline = srv_now() + 10.0; /* the streams' last events */
-        } else if (cancelled && srv_now() > deadline) {
+            deadline = pkv_now_seconds() + 10.0; /* the streams' last events */
+        } else if (cancelled && pkv_now_seconds() > deadline) {
             break;
         }
     }

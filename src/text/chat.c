@@ -3,10 +3,12 @@
  * exactly what each family's official Jinja chat template renders with
  * add_generation_prompt=true (templates quoted in
  * tools/make-tokenizer-fixtures.py, which checks these renderings):
- *   Gemma 3  google/gemma-3-*-it tokenizer_config.json (engine-notes.md §4.6)
+ *   Gemma 3  google/gemma-3-*-it tokenizer_config.json (docs/engine.md §4.6)
  *   Llama 3  meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json
  *   ChatML   Qwen/Qwen2-7B-Instruct tokenizer_config.json
  */
+#include "text/chat.h"
+
 #include <string.h>
 
 #include "base/error.h"
@@ -119,8 +121,8 @@ static bool is_python_space(uint32_t cp) {
     return (cp >= 0x1C && cp <= 0x1F) || (pkv_unicode_flags(cp) & PKV_UFLAG_WHITESPACE);
 }
 
-static void put_trimmed(chat_out *o, const char *s) {
-    size_t len = strlen(s), used, begin = 0, end = len;
+void pkv_chat_trim_span(const char *s, size_t len, size_t *begin_out, size_t *end_out) {
+    size_t used, begin = 0, end = len;
     while (begin < end && is_python_space(pkv_utf8_decode(s + begin, end - begin, &used)))
         begin += used;
     while (end > begin) {
@@ -131,6 +133,13 @@ static void put_trimmed(chat_out *o, const char *s) {
         if (start + used != end || !is_python_space(cp)) break;
         end = start;
     }
+    *begin_out = begin;
+    *end_out = end;
+}
+
+static void put_trimmed(chat_out *o, const char *s) {
+    size_t begin, end;
+    pkv_chat_trim_span(s, strlen(s), &begin, &end);
     put_n(o, s + begin, end - begin);
 }
 

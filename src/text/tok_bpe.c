@@ -1,6 +1,6 @@
 /*
- * Byte-level BPE ("gpt2", engine-notes.md §4.4): pre-tokenizer scanners,
- * the GPT-2 byte -> unicode mapping and rank-ordered merging, as llama.cpp's
+ * Byte-level BPE ("gpt2", docs/engine.md §4.4): pre-tokenizer scanners and
+ * rank-ordered merging (the GPT-2 byte alphabet is in vocab.c), as llama.cpp's
  * llm_tokenizer_bpe_session and unicode_regex_split do it.
  *
  * The pre-tokenizer regexes are matched by hand-written scanners that follow
@@ -12,68 +12,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "text/vocab.h"
+#include "text/tok_bpe.h"
 #include "text/unicode.h"
-
-/* ---------------------------------------------------------------- names */
-
-static bool name_is(const char *name, size_t len, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strlen(list[i]) == len && memcmp(name, list[i], len) == 0) return true;
-    return false;
-}
-
-tok_pre tok_pre_from_name(const char *name, size_t len, bool *ignore_merges, bool *add_bos) {
-    /* pre-tokenizer names llama.cpp maps to these regexes */
-    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
-                                         "pixtral", "midm-2.0", "lfm2", "jina-v5-nano"};
-    static const char *const llama3_plain[] = {"dbrx", "smaug-bpe"};
-    static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"};
-    static const char *const gpt2[] = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
-                                       "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
-                                       "modern-bert", "jina-v1-en", "jina-v2-code",
-                                       "roberta-bpe", "mpt", "olmo", "jais", "trillion",
-                                       "granite-docling"};
-    *ignore_merges = false;
-    *add_bos = false;
-    if (name_is(name, len, llama3, sizeof llama3 / sizeof *llama3)) {
-        *ignore_merges = true;
-        *add_bos = true;
-        return TOK_PRE_LLAMA3;
-    }
-    if (name_is(name, len, llama3_plain, sizeof llama3_plain / sizeof *llama3_plain))
-        return TOK_PRE_LLAMA3;
-    if (name_is(name, len, qwen2, sizeof qwen2 / sizeof *qwen2)) return TOK_PRE_QWEN2;
-    if (name_is(name, len, gpt2, sizeof gpt2 / sizeof *gpt2)) return TOK_PRE_GPT2;
-    /* "default", a missing name, and (as in the patched llama.cpp) any name
-     * not known here */
-    return TOK_PRE_DEFAULT;
-}
-
-/* ---------------------------------------------------------------- byte mapping */
-
-/* Bytes GPT-2 maps to themselves: '!'..'~', 0xA1..0xAC, 0xAE..0xFF. */
-static bool maps_to_itself(uint32_t b) {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
-/* The other 68 bytes get 256, 257, ... in byte order: 0x00..0x20 (33 of
- * them), 0x7F..0xA0 (34), 0xAD. */
-uint32_t tok_bpe_byte_to_cp(uint8_t b) {
-    if (maps_to_itself(b)) return b;
-    if (b <= 0x20) return 256u + b;
-    if (b >= 0x7F && b <= 0xA0) return 256u + 33u + (b - 0x7Fu);
-    return 256u + 67u; /* 0xAD */
-}
-
-int tok_bpe_cp_to_byte(uint32_t cp) {
-    if (cp < 256) return maps_to_itself(cp) ? (int)cp : -1;
-    uint32_t n = cp - 256;
-    if (n < 33) return (int)n;
-    if (n < 67) return (int)(0x7F + n - 33);
-    if (n == 67) return 0xAD;
-    return -1;
-}
 
 /* ---------------------------------------------------------------- codepoints */
 

@@ -1,5 +1,5 @@
 /*
- * SentencePiece-style tokenization ("llama", engine-notes.md §4.3) as
+ * SentencePiece-style tokenization ("llama", docs/engine.md §4.3) as
  * llama.cpp's llm_tokenizer_spm_session does it: spaces become U+2581, the
  * text is split into UTF-8 characters, and adjacent symbols are merged
  * highest-score pair first (ties: leftmost) while the merged text is a
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "text/vocab.h"
+#include "text/tok_spm.h"
 #include "text/unicode.h"
 
 static const char k_space_mark[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 */

@@ -1,17 +1,41 @@
 /*
- * Tokenizer internals shared by tokenizer.c (vocabulary, special tokens,
- * dispatch), tok_spm.c and tok_bpe.c, and visible to the unit tests.
- * engine-notes.md §4.
+ * The vocabulary a tokenizer works on (docs/engine.md §4.1), and the helpers
+ * the text/ files share: vocab.c builds it (from vocab_gguf.c's GGUF keys or
+ * from arrays in memory), tok_spm.c and tok_bpe.c encode with it, tokenizer.c
+ * splits special tokens and decodes. The struct is visible to those files and
+ * to the unit tests; the rest of the engine holds a pkv_tokenizer pointer and
+ * goes through tokenizer.h.
  */
-#ifndef PKV_TOK_INTERNAL_H
-#define PKV_TOK_INTERNAL_H
+#ifndef PKV_VOCAB_H
+#define PKV_VOCAB_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "format/gguf.h"
-#include "text/tokenizer.h"
+#include "promptkv.h"
+
+typedef struct pkv_tokenizer pkv_tokenizer;
+
+typedef enum { PKV_TOK_SPM, PKV_TOK_BPE } pkv_tok_kind;
+
+/* Token types as tokenizer.ggml.token_type stores them. */
+enum {
+    PKV_TOKTYPE_NORMAL = 1,
+    PKV_TOKTYPE_UNKNOWN = 2,
+    PKV_TOKTYPE_CONTROL = 3,
+    PKV_TOKTYPE_USER_DEFINED = 4,
+    PKV_TOKTYPE_UNUSED = 5,
+    PKV_TOKTYPE_BYTE = 6
+};
+
+enum { TOK_MAX_VOCAB = 1 << 24 }; /* far above any real vocabulary */
+
+/* Builds the tokenizer from the file's tokenizer.* keys (vocab_gguf.c). The
+ * strings stay pointers into the mapped file, so f must outlive the tokenizer. */
+pkv_tokenizer *pkv_tokenizer_load(const gguf_file *f, pkv_error *err);
+void pkv_tokenizer_free(pkv_tokenizer *tok);
 
 /* Token attributes as llama.cpp keeps them: a bit set derived from the
  * GGUF token type, later amended by text-based detection (§4.1). */
@@ -127,6 +151,12 @@ uint64_t tok_hash(const char *s, size_t len, uint64_t seed);
 /* Id of the token whose text is s[0..len), or -1. */
 int32_t tok_find(const pkv_tokenizer *tok, const char *s, size_t len);
 
+/* The special-token trie's child of node along byte, or -1. */
+int64_t tok_trie_child(const tok_trie *tr, uint32_t node, unsigned char byte);
+
+/* qsort order of int32_t values. */
+int tok_cmp_i32(const void *a, const void *b);
+
 /* Collects output ids; n counts all of them, only the first max are stored. */
 typedef struct {
     int32_t *out;
@@ -139,29 +169,16 @@ static inline void tok_emit(tok_out *o, int32_t id) {
     o->n++;
 }
 
-/* ---------------------------------------------------------------- SPM */
-
-/* Tokenizes one raw fragment (after the optional space prefix, §4.3). */
-int tok_spm_encode(const pkv_tokenizer *tok, const char *text, size_t len, bool space_prefix,
-                   tok_out *out, pkv_error *err);
-
-/* ---------------------------------------------------------------- BPE */
-
-/* Splits text into pre-tokenizer pieces; stores each piece's end offset (in
- * bytes of text) in ends (a tok_vec of size_t). An invalid UTF-8 byte counts
- * as one U+FFFD codepoint, as llama.cpp decodes it. */
-int tok_pretokenize(tok_pre pre, const char *text, size_t len, tok_vec *ends, pkv_error *err);
+/* ---------------------------------------------------------------- BPE vocabulary */
 
 /* Rank of the merge (left, right), or -1. */
 int32_t tok_bpe_rank(const pkv_tokenizer *tok, const char *l, size_t ll, const char *r, size_t rl);
-
-int tok_bpe_encode(const pkv_tokenizer *tok, const char *text, size_t len, tok_out *out,
-                   pkv_error *err);
 
 /* GPT-2 byte-level mapping: byte -> codepoint, and back (-1 if none). */
 uint32_t tok_bpe_byte_to_cp(uint8_t byte);
 int tok_bpe_cp_to_byte(uint32_t cp);
 
+/* The pre-tokenizer family tokenizer.ggml.pre names (§4.4). */
 tok_pre tok_pre_from_name(const char *name, size_t len, bool *ignore_merges, bool *add_bos);
 
 #endif

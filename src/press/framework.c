@@ -1,4 +1,6 @@
-/* The press framework: budgets (press/budget.c), forced rows, the shared top-k. */
+/* The press framework: pkv_press_run, one call per layer, puts budgets
+ * (budget.c), protected and forced rows and the shared top-k around a press's
+ * scores; and the window attention that scoring presses share. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,15 +121,16 @@ static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int
     return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
 }
 
-static bool watched(const pkv_press_watch *w, int layer) {
-    return w->fn && (w->layer < 0 || w->layer == layer);
+/* The observer sees a run when it times steps, or watches this layer's clusters. */
+static bool observed(const pkv_press_observer *o, bool reports_clusters, int layer) {
+    return o->step || (reports_clusters && o->clusters && (o->layer < 0 || o->layer == layer));
 }
 
 int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pkv_press_selection *sel,
                   pkv_error *err) {
     const pkv_press_ops *ops = cfg->ops;
     pkv_press_input in_copy = *in_caller;
-    if (ops->reports_clusters && watched(&cfg->watch, in_copy.layer)) in_copy.watch = &cfg->watch;
+    if (observed(&cfg->observer, ops->reports_clusters, in_copy.layer)) in_copy.observer = &cfg->observer;
     const pkv_press_input *in = &in_copy;
     memset(sel, 0, sizeof *sel);
     sel->per_query_head = ops->per_query_head && ops->per_query_head(cfg->params);

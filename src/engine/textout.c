@@ -1,10 +1,10 @@
-#include "textout.h"
+#include "engine/textout.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-void srv_textout_init(srv_textout *t, const char *const *stop, int n_stop) {
+void pkv_textout_init(pkv_textout *t, const char *const *stop, int n_stop) {
     memset(t, 0, sizeof *t);
     t->stop = stop;
     t->n_stop = n_stop;
@@ -12,14 +12,14 @@ void srv_textout_init(srv_textout *t, const char *const *stop, int n_stop) {
         if (strlen(stop[i]) > t->max_stop_len) t->max_stop_len = strlen(stop[i]);
 }
 
-void srv_textout_free(srv_textout *t) {
+void pkv_textout_free(pkv_textout *t) {
     free(t->text);
     memset(t, 0, sizeof *t);
 }
 
 /* Length of the longest proper prefix of a stop string that text ends with:
  * those bytes may still become a stop string, so they wait. */
-static size_t stop_prefix_at_end(const srv_textout *t) {
+static size_t stop_prefix_at_end(const pkv_textout *t) {
     size_t best = 0;
     for (int i = 0; i < t->n_stop; i++) {
         size_t sl = strlen(t->stop[i]);
@@ -33,7 +33,7 @@ static size_t stop_prefix_at_end(const srv_textout *t) {
 }
 
 /* The earliest stop string that starts at or after from; -1 if none. */
-static long find_stop(const srv_textout *t, size_t from) {
+static long find_stop(const pkv_textout *t, size_t from) {
     long best = -1;
     for (int i = 0; i < t->n_stop; i++) {
         const char *hit = memmem(t->text + from, t->len - from, t->stop[i], strlen(t->stop[i]));
@@ -42,7 +42,7 @@ static long find_stop(const srv_textout *t, size_t from) {
     return best;
 }
 
-int srv_textout_append(srv_textout *t, const char *piece, size_t len) {
+int pkv_textout_append(pkv_textout *t, const char *piece, size_t len) {
     if (t->stopped) return 0;
     if (t->cap - t->len < len + 1) {
         size_t cap = t->cap ? t->cap : 256;
@@ -69,12 +69,12 @@ int srv_textout_append(srv_textout *t, const char *piece, size_t len) {
         }
     }
     size_t ready = t->len - stop_prefix_at_end(t);
-    ready -= srv_utf8_incomplete_tail(t->text, ready);
+    ready -= pkv_utf8_incomplete_tail(t->text, ready);
     if (ready > t->ready) t->ready = ready;
     return 0;
 }
 
-void srv_textout_finish(srv_textout *t) { t->ready = t->len; }
+void pkv_textout_finish(pkv_textout *t) { t->ready = t->len; }
 
 /* Sequence length announced by a lead byte; 0 for a continuation or invalid byte. */
 static int utf8_seq_len(unsigned char c) {
@@ -85,7 +85,7 @@ static int utf8_seq_len(unsigned char c) {
     return 0;
 }
 
-size_t srv_utf8_incomplete_tail(const char *s, size_t len) {
+size_t pkv_utf8_incomplete_tail(const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t back = 1; back <= 3 && back <= len; back++) {
         unsigned char c = u[len - back];
@@ -114,7 +114,7 @@ static size_t valid_seq(const unsigned char *u, size_t n) {
     return (size_t)need;
 }
 
-size_t srv_utf8_sanitize(const char *s, size_t len, char *out) {
+size_t pkv_utf8_repair(const char *s, size_t len, char *out) {
     const unsigned char *u = (const unsigned char *)s;
     size_t o = 0;
     for (size_t i = 0; i < len;) {

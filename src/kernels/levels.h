@@ -10,8 +10,8 @@
  * (quant.h), pointers need no alignment beyond their element type, and
  * dequant/quantize never read or write past n elements.
  */
-#ifndef PKV_CPU_H
-#define PKV_CPU_H
+#ifndef PKV_KERNEL_LEVELS_H
+#define PKV_KERNEL_LEVELS_H
 
 #include <stdint.h>
 

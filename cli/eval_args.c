@@ -1,0 +1,439 @@
+/* promptkv eval: the command line (the usage, the lists of tasks, lengths,
+ * presses, budgets and ratios, the options). */
+#include "eval_args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "eval/json.h"
+#include "eval/text.h"
+
+static const char EVAL_USAGE[] =
+    "usage: promptkv eval -m MODEL [options]\n"
+    "\n"
+    "Offline long-context benchmarks (RULER-synth, needle in a haystack, LongEval-Lines) under\n"
+    "every press and budget, against the full cache. One prefill per sample serves every config.\n"
+    "Writes DIR/results.jsonl (one line per sample, mode and config), DIR/summary.md, summary.csv,\n"
+    "timing.csv, niah_*.csv and SVG plots.\n"
+    "\n"
+    "  -m, --model PATH       GGUF model\n"
+    "      --tasks LIST       task names, or tier1 (default), ruler, grid, all; --list-tasks shows them\n"
+    "      --lengths LIST     token lengths of the RULER-style tasks (default 1024,2048)\n"
+    "      --samples N        samples per task and length (default 5)\n"
+    "      --niah-lengths L   lengths of the needle grid (default 512,1024,2048)\n"
+    "      --niah-depths LIST depths in percent (default 0,25,50,75,100)\n"
+    "      --niah-samples N   samples per grid cell (default 1)\n"
+    "      --press LIST       presses (default none,snapkv,streamingllm,h2o,tova,knorm,random and any\n"
+    "                         other registered press); the full cache always runs. An item may\n"
+    "                         carry options of its own and a label: snapkv:kernel=5:pool=avg,\n"
+    "                         snapkv+pyramid=snapkv:layer_budget=pyramid\n"
+    "      --budgets LIST     rows kept per head per layer (default 64,128,256,512)\n"
+    "      --ratios LIST      fractions removed, e.g. 0.5,0.75,0.875 (default none)\n"
+    "      --ratio-presses L  presses that also run at the ratios (default: every press); the\n"
+    "                         others run at the budgets only, e.g. baselines as floors\n"
+    "      --mode LIST        query_agnostic (default), query_aware, or both comma-separated\n"
+    "      --window W         observation window of every press that has one (default 32)\n"
+    "      --kernel K         pooling kernel of presses that pool (snapkv)\n"
+    "      --pool avg|max     pooling of presses that pool\n"
+    "      --press-opt K=V    an option for every press that has it; PRESS.K=V for one press\n"
+    "      --chat auto|on|off prompts in the model's chat template (auto: when the GGUF carries\n"
+    "                         tokenizer.chat_template, as for instruct models)\n"
+    "      --agree-k K        generated tokens compared with the full cache (default 8, 0: off)\n"
+    "      --seed S           base seed of the generators (default 0)\n"
+    "  -o, --out DIR          output directory (default eval-out)\n"
+    "      --resume           continue DIR's run, skipping finished lines\n"
+    "      --force            delete DIR's results and start over\n"
+    "      --report-only      only rewrite the summary and plots from DIR/results.jsonl\n"
+    "  -t, --threads N        threads (default: all CPUs, shared among MPI ranks on a node)\n"
+    "      --simd L           auto, scalar, avx2, avx512\n"
+    "      --list-tasks       the tasks and what they test\n"
+    "  -h, --help             this help\n"
+#ifdef PKV_MPI
+    "\nBuilt with MPI: under mpirun, ranks share the samples and rank 0 merges the results.\n"
+#endif
+    ;
+
+
+/* ---------------------------------------------------------------- argument lists */
+
+/* Splits a comma list into items (in place in a copy); returns the count or -1. */
+static int split_list(const char *cmd, const char *flag, const char *s, char items[][96], int max) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len == 0 || len >= 96) {
+            cli_error(cmd, "%s: bad list item in '%s'", flag, s);
+            return -1;
+        }
+        if (n == max) {
+            cli_error(cmd, "%s: more than %d items", flag, max);
+            return -1;
+        }
+        memcpy(items[n], p, len);
+        items[n++][len] = '\0';
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (n == 0) cli_error(cmd, "%s needs at least one item", flag);
+    return n ? n : -1;
+}
+
+static int int_list(const char *flag, const char *s, long lo, long hi, int *out) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", flag, s, items, MAX_LIST);
+    for (int i = 0; i < n; i++) {
+        long v;
+        if (!cli_int("eval", flag, items[i], lo, hi, &v)) return -1;
+        out[i] = (int)v;
+    }
+    return n;
+}
+
+static int float_list(const char *flag, const char *s, double lo, double hi, double *out) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", flag, s, items, MAX_LIST);
+    for (int i = 0; i < n; i++)
+        if (!cli_float("eval", flag, items[i], lo, hi, &out[i])) return -1;
+    return n;
+}
+
+static const char *const TIER1[] = {"niah_single_1",
+                                    "niah_single_2",
+                                    "niah_single_3",
+                                    "niah_multikey_2",
+                                    "niah_multivalue",
+                                    "niah_multiquery",
+                                    "vt",
+                                    "fwe",
+                                    "cwe",
+                                    "longeval_lines",
+                                    "niah_passkey_essay",
+                                    "niah_classic"};
+
+static int add_task(eval_args *a, const pkv_eval_task *t) {
+    for (int i = 0; i < a->n_tasks; i++)
+        if (a->tasks[i] == t) return 0;
+    if (a->n_tasks == MAX_LIST) return -1;
+    a->tasks[a->n_tasks++] = t;
+    return 0;
+}
+
+static int parse_tasks(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--tasks", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    a->n_tasks = 0;
+    for (int i = 0; i < n; i++) {
+        const char *it = items[i];
+        if (!strcmp(it, "tier1")) {
+            for (size_t k = 0; k < sizeof TIER1 / sizeof TIER1[0]; k++) add_task(a, pkv_eval_task_find(TIER1[k]));
+        } else if (!strcmp(it, "all") || !strcmp(it, "ruler") || !strcmp(it, "grid")) {
+            for (int k = 0; k < pkv_eval_task_count(); k++) {
+                const pkv_eval_task *t = pkv_eval_task_get(k);
+                bool want =
+                    !strcmp(it, "all") || (!strcmp(it, "grid") ? t->grid : (!t->grid && t->kind != PKV_TASK_LONGEVAL));
+                if (want) add_task(a, t);
+            }
+        } else {
+            const pkv_eval_task *t = pkv_eval_task_find(it);
+            if (!t) {
+                cli_error("eval", "unknown task '%s' (see promptkv eval --list-tasks)", it);
+                return -1;
+            }
+            add_task(a, t);
+        }
+    }
+    return 0;
+}
+
+static bool is_listed_n(const char (*names)[32], int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], name)) return true;
+    return false;
+}
+
+/* One --press item: PRESS, PRESS:KEY=VALUE[:KEY=VALUE...] (options of this
+ * press only), or LABEL=PRESS:... to name the variant in tables and plots. */
+static int parse_press_item(eval_args *a, const char *item) {
+    const char *colon = strchr(item, ':'), *eq = strchr(item, '=');
+    char label[96] = "", spec[160];
+    const char *body = item;
+    if (eq && (!colon || eq < colon)) {
+        snprintf(label, sizeof label, "%.*s", (int)(eq - item), item);
+        body = eq + 1;
+        colon = strchr(body, ':');
+    }
+    char base[96];
+    snprintf(base, sizeof base, "%.*s", (int)(colon ? (size_t)(colon - body) : strlen(body)), body);
+    snprintf(spec, sizeof spec, "%s", colon ? colon : "");
+    if (!label[0]) snprintf(label, sizeof label, "%.95s", body);
+    const char *name, *summary;
+    bool known = false;
+    for (int k = 0; pkv_press_list(k, &name, &summary) && !known; k++) known = !strcmp(name, base);
+    if (!known) {
+        cli_error("eval", "unknown press '%s' in --press item '%s' (see promptkv run --help-press)", base, item);
+        return -1;
+    }
+    if (strlen(label) >= sizeof a->presses[0] || strlen(base) >= sizeof a->press_base[0] ||
+        strlen(colon ? colon : "") >= sizeof a->press_spec[0]) {
+        cli_error("eval", "--press item '%s' is too long (labels up to %zu bytes)", item, sizeof a->presses[0] - 1);
+        return -1;
+    }
+    for (const char *o = spec; *o;) { /* each option is KEY=VALUE */
+        const char *next = strchr(o + 1, ':');
+        size_t len = next ? (size_t)(next - o - 1) : strlen(o + 1);
+        const char *e = memchr(o + 1, '=', len);
+        if (!e || e == o + 1 || len == (size_t)(e - o)) {
+            cli_error("eval", "--press item '%s': options are :KEY=VALUE", item);
+            return -1;
+        }
+        o = next ? next : o + 1 + len;
+    }
+    if (is_listed_n(a->presses, a->n_presses, label)) {
+        cli_error("eval", "--press: '%s' is listed twice (give variants their own LABEL=PRESS:...)", label);
+        return -1;
+    }
+    int i = a->n_presses++;
+    snprintf(a->presses[i], sizeof a->presses[0], "%.31s", label);
+    snprintf(a->press_base[i], sizeof a->press_base[0], "%.31s", base);
+    snprintf(a->press_spec[i], sizeof a->press_spec[0], "%.159s", spec);
+    return 0;
+}
+
+static int parse_presses(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--press", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    a->n_presses = 0;
+    for (int i = 0; i < n; i++)
+        if (parse_press_item(a, items[i])) return -1;
+    return 0;
+}
+
+/* --ratio-presses: names only; that each one is in --press is checked once all flags are read. */
+static int parse_ratio_presses(eval_args *a, const char *s) {
+    char items[MAX_LIST][96];
+    int n = split_list("eval", "--ratio-presses", s, items, MAX_LIST);
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) snprintf(a->ratio_presses[i], sizeof a->ratio_presses[0], "%.31s", items[i]);
+    a->n_ratio_presses = n;
+    return 0;
+}
+
+static bool is_listed(const char (*names)[32], int n, const char *name) { return is_listed_n(names, n, name); }
+
+/* Whether a press runs at the ratios as well as at the budgets. */
+bool eval_runs_ratios(const eval_args *a, const char *press) {
+    return a->n_ratio_presses < 0 || is_listed(a->ratio_presses, a->n_ratio_presses, press);
+}
+
+static int add_opt(eval_args *a, const char *key, const char *value) {
+    if (a->n_opts == MAX_LIST) {
+        cli_error("eval", "too many press options");
+        return -1;
+    }
+    if (key)
+        snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s=%s", key, value);
+    else
+        snprintf(a->opt_store[a->n_opts], sizeof a->opt_store[0], "%s", value);
+    if (!strchr(a->opt_store[a->n_opts], '=')) {
+        cli_error("eval", "--press-opt expects KEY=VALUE or PRESS.KEY=VALUE, got '%s'", value);
+        return -1;
+    }
+    a->opts[a->n_opts] = a->opt_store[a->n_opts];
+    a->n_opts++;
+    return 0;
+}
+
+static void defaults(eval_args *a) {
+    memset(a, 0, sizeof *a);
+    a->out_dir = "eval-out";
+    a->lengths[0] = 1024, a->lengths[1] = 2048, a->n_lengths = 2;
+    a->samples = 5;
+    a->grid_lengths[0] = 512, a->grid_lengths[1] = 1024, a->grid_lengths[2] = 2048, a->n_grid_lengths = 3;
+    for (int i = 0; i < 5; i++) a->grid_depths[i] = 25.0 * i;
+    a->n_grid_depths = 5;
+    a->grid_samples = 1;
+    const char *name, *summary;
+    for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++) {
+        snprintf(a->presses[a->n_presses], sizeof a->presses[0], "%.31s", name);
+        snprintf(a->press_base[a->n_presses++], sizeof a->press_base[0], "%.31s", name);
+    }
+    a->chat = -1;
+    int b[] = {64, 128, 256, 512};
+    for (int i = 0; i < 4; i++) a->budgets[i] = b[i];
+    a->n_budgets = 4;
+    a->modes[0] = PKV_EVAL_QUERY_AGNOSTIC;
+    a->n_modes = 1;
+    a->n_ratio_presses = -1;
+    a->window = 32;
+    a->agree_k = 8;
+}
+
+static void list_tasks(void) {
+    puts("tasks (tier1 = the development suite of docs/evaluation.md §5.2):");
+    for (int k = 0; k < pkv_eval_task_count(); k++) {
+        const pkv_eval_task *t = pkv_eval_task_get(k);
+        bool tier1 = false;
+        for (size_t i = 0; i < sizeof TIER1 / sizeof TIER1[0]; i++) tier1 |= !strcmp(TIER1[i], t->name);
+        printf("  %-20s %s%s (decode cap %d)\n", t->name, t->summary, tier1 ? " [tier1]" : "", t->max_new_tokens);
+    }
+}
+
+int eval_parse_args(int argc, char **argv, eval_args *a) {
+    const char *cmd = "eval";
+    defaults(a);
+    bool tasks_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        long n;
+#define VALUE()                                                                                                        \
+    if (!(v = cli_value(cmd, argc, argv, &i))) return -1
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(EVAL_USAGE, stdout);
+            return 1;
+        } else if (!strcmp(f, "--list-tasks")) {
+            list_tasks();
+            return 1;
+        } else if (!strcmp(f, "-m") || !strcmp(f, "--model")) {
+            VALUE();
+            a->model_path = v;
+        } else if (!strcmp(f, "-o") || !strcmp(f, "--out")) {
+            VALUE();
+            a->out_dir = v;
+        } else if (!strcmp(f, "--tasks")) {
+            VALUE();
+            if (parse_tasks(a, v)) return -1;
+            tasks_given = true;
+        } else if (!strcmp(f, "--lengths")) {
+            VALUE();
+            if ((a->n_lengths = int_list(f, v, 64, 1 << 20, a->lengths)) < 0) return -1;
+        } else if (!strcmp(f, "--samples")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 100000, &n)) return -1;
+            a->samples = (int)n;
+        } else if (!strcmp(f, "--niah-lengths")) {
+            VALUE();
+            if ((a->n_grid_lengths = int_list(f, v, 64, 1 << 20, a->grid_lengths)) < 0) return -1;
+        } else if (!strcmp(f, "--niah-depths")) {
+            VALUE();
+            if ((a->n_grid_depths = float_list(f, v, 0.0, 100.0, a->grid_depths)) < 0) return -1;
+        } else if (!strcmp(f, "--niah-samples")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 100000, &n)) return -1;
+            a->grid_samples = (int)n;
+        } else if (!strcmp(f, "--press")) {
+            VALUE();
+            if (parse_presses(a, v)) return -1;
+        } else if (!strcmp(f, "--budgets")) {
+            VALUE();
+            if (!strcmp(v, "none"))
+                a->n_budgets = 0;
+            else if ((a->n_budgets = int_list(f, v, 1, 1 << 24, a->budgets)) < 0)
+                return -1;
+        } else if (!strcmp(f, "--ratios")) {
+            VALUE();
+            if (!strcmp(v, "none"))
+                a->n_ratios = 0;
+            else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0)
+                return -1;
+        } else if (!strcmp(f, "--ratio-presses")) {
+            VALUE();
+            if (parse_ratio_presses(a, v)) return -1;
+        } else if (!strcmp(f, "--mode")) {
+            VALUE();
+            char items[4][96];
+            int k = split_list(cmd, f, v, items, 4);
+            if (k < 0) return -1;
+            a->n_modes = 0;
+            for (int j = 0; j < k; j++) {
+                pkv_eval_mode m;
+                if (!strcmp(items[j], "query_agnostic"))
+                    m = PKV_EVAL_QUERY_AGNOSTIC;
+                else if (!strcmp(items[j], "query_aware"))
+                    m = PKV_EVAL_QUERY_AWARE;
+                else {
+                    cli_error(cmd, "--mode must be query_agnostic and/or query_aware, got '%s'", items[j]);
+                    return -1;
+                }
+                bool dup = false;
+                for (int d = 0; d < a->n_modes; d++) dup |= a->modes[d] == m;
+                if (!dup) a->modes[a->n_modes++] = m;
+            }
+        } else if (!strcmp(f, "--window")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
+            a->window = (int)n;
+            if (add_opt(a, "window", v)) return -1;
+        } else if (!strcmp(f, "--kernel") || !strcmp(f, "--pool")) {
+            VALUE();
+            if (add_opt(a, f + 2, v)) return -1;
+        } else if (!strcmp(f, "--press-opt")) {
+            VALUE();
+            if (add_opt(a, NULL, v)) return -1;
+        } else if (!strcmp(f, "--chat")) {
+            VALUE();
+            if (!strcmp(v, "auto"))
+                a->chat = -1;
+            else if (!strcmp(v, "on"))
+                a->chat = 1;
+            else if (!strcmp(v, "off"))
+                a->chat = 0;
+            else {
+                cli_error(cmd, "--chat must be auto, on or off, got '%s'", v);
+                return -1;
+            }
+        } else if (!strcmp(f, "--agree-k")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 0, 4096, &n)) return -1;
+            a->agree_k = (int)n;
+        } else if (!strcmp(f, "--seed")) {
+            VALUE();
+            if (!cli_u64(cmd, f, v, &a->seed)) return -1;
+        } else if (!strcmp(f, "--resume")) {
+            a->resume = true;
+        } else if (!strcmp(f, "--force")) {
+            a->force = true;
+        } else if (!strcmp(f, "--report-only")) {
+            a->report_only = true;
+        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
+            VALUE();
+            if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
+            a->threads = (int)n;
+        } else if (!strcmp(f, "--simd")) {
+            VALUE();
+            if (!cli_simd(cmd, v, &a->simd)) return -1;
+        } else {
+            cli_error(cmd, "unknown option '%s' (see promptkv eval --help)", f);
+            return -1;
+        }
+#undef VALUE
+    }
+    if (!tasks_given && parse_tasks(a, "tier1")) return -1;
+    if (!a->model_path && !a->report_only) {
+        cli_error(cmd, "a model is required (-m MODEL)");
+        return -1;
+    }
+    if (a->resume && a->force) {
+        cli_error(cmd, "give at most one of --resume and --force");
+        return -1;
+    }
+    for (int i = 0; i < a->n_ratio_presses; i++)
+        if (!is_listed(a->presses, a->n_presses, a->ratio_presses[i])) {
+            cli_error(cmd, "--ratio-presses: '%s' is not among the presses of --press", a->ratio_presses[i]);
+            return -1;
+        }
+    for (int i = 0; i < a->n_budgets; i++)
+        if (a->budgets[i] <= a->window) {
+            cli_error(cmd, "budget %d must be larger than the observation window %d (see --window)", a->budgets[i],
+                      a->window);
+            return -1;
+        }
+    return 0;
+}
+

@@ -1,0 +1,248 @@
+/*
+ * Compression, the cache <-> press adapter: what a prefill keeps of each
+ * full-attention layer for a press (the probes: window queries, attention
+ * sums), the press run on one layer (its rows handed over, its selection
+ * kept), and the memory cap that the cache and the work buffers share.
+ */
+#include "engine/compress.h"
+
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+
+/* ---------------------------------------------------------------- the memory cap */
+
+/* Bytes of activations and scratch the session holds (the work buffers, the
+ * press arena, the probes). */
+uint64_t pkv_session_work_bytes(const pkv_session *s) {
+    const pkv_hparams *hp = &s->model->hp;
+    const pkv_work *w = &s->work;
+    uint64_t per_tok = (uint64_t)hp->n_embd * 2 + (uint64_t)hp->n_head * (hp->head_dim_k + hp->head_dim_v) +
+                       (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + 2 * (uint64_t)hp->n_ff + 1;
+    uint64_t b = (uint64_t)w->n_tok_cap * per_tok * sizeof(float) + w->act_bytes;
+    b += (uint64_t)w->hidden_cap * hp->n_embd * sizeof(float);
+    b += w->logit_rows ? (uint64_t)PKV_LOGIT_ROWS * hp->n_vocab * sizeof(float) : 0;
+    b += w->attn_scratch_cap * sizeof(float) + s->arena.peak;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const pkv_layer_probe *p = &s->probes[il];
+        b += (uint64_t)p->window * ((uint64_t)hp->n_head * hp->head_dim_k + 1) * sizeof(float);
+        b += (uint64_t)p->acc_rows * hp->n_head * sizeof(float);
+    }
+    return b;
+}
+
+/* With a cap (pkv_session_opts.mem_cap_bytes), the KV cache plus activations
+ * may not exceed it: a clear error instead of running the machine out of memory. */
+int pkv_check_mem_cap(pkv_session *s, int layer, pkv_error *err) {
+    uint64_t cache = pkv_kvcache_alloc_bytes(&s->cache), work = pkv_session_work_bytes(s);
+    if (cache + work > s->peak_mem) s->peak_mem = cache + work;
+    uint64_t cap = s->opts.mem_cap_bytes;
+    if (!cap || cache + work <= cap) return 0;
+    return pkv_fail(err, PKV_ERR_LIMIT,
+                    "memory cap of %.1f MiB exceeded at layer %d: KV cache %.1f MiB + activations %.1f MiB",
+                    cap / 1048576.0, layer, cache / 1048576.0, work / 1048576.0);
+}
+
+/* ---------------------------------------------------------------- probes: what a press needs */
+
+pkv_probe_cfg pkv_probe_plan(const pkv_press_cfg *press, const pkv_probe_cfg *keep) {
+    pkv_probe_cfg pc = {0};
+    if (press) {
+        pc.window = press->window;
+        pc.attn_sums = press->ops->needs_attn_sum;
+    }
+    if (keep) {
+        if (keep->window > pc.window) pc.window = keep->window;
+        pc.attn_sums |= keep->attn_sums;
+    }
+    return pc;
+}
+
+/* Sizes layer il's probe for this call: `window` queries and, if asked,
+ * attention sums over the rows the layer will hold at the end of the call. */
+int pkv_probe_prepare(pkv_session *s, int il, const pkv_probe_cfg *pc, int n_new, pkv_error *err) {
+    const pkv_hparams *hp = &s->model->hp;
+    pkv_layer_probe *p = &s->probes[il];
+    p->window = pc->window < n_new ? pc->window : n_new;
+    p->n_new = n_new;
+    p->first_pos = s->n_pos;
+    if (pkv_work_grow((void **)&p->q, (size_t)hp->n_head * p->window * hp->head_dim_k * sizeof(float), err) ||
+        pkv_work_grow((void **)&p->q_pos, (size_t)p->window * sizeof(int32_t), err))
+        return -1;
+    if (!pc->attn_sums) {
+        p->acc_rows = 0;
+        return 0;
+    }
+    if (!p->acc) {
+        p->acc = calloc((size_t)hp->n_head, sizeof(float *));
+        if (!p->acc) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for attention sums of layer %d", il);
+    }
+    int64_t rows = (int64_t)pkv_kvcache_max_head_rows(&s->cache, il) + n_new;
+    /* every query head has its own sums, sized to the layer's largest head */
+    for (int h = 0; h < hp->n_head; h++) {
+        if (pkv_work_grow((void **)&p->acc[h], (size_t)rows * sizeof(float) + 4, err)) return -1;
+        memset(p->acc[h], 0, (size_t)rows * sizeof(float));
+    }
+    p->acc_rows = rows;
+    return 0;
+}
+
+/* Copies the post-RoPE queries of the chunk's window tokens into the probe. */
+void pkv_probe_capture(pkv_layer_probe *p, const pkv_hparams *hp, const float *q, const int32_t *pos, int c0,
+                       int nc) {
+    int first = p->n_new - p->window;
+    for (int t = 0; t < nc; t++) {
+        int r = c0 + t - first;
+        if (r < 0) continue;
+        p->q_pos[r] = pos[t];
+        for (int h = 0; h < hp->n_head; h++)
+            memcpy(p->q + ((size_t)h * p->window + r) * hp->head_dim_k,
+                   q + ((size_t)t * hp->n_head + h) * hp->head_dim_k, (size_t)hp->head_dim_k * sizeof(float));
+    }
+}
+
+/* The window queries the press reads: the newest `window` of those the probe
+ * kept ([n_head][window][head_dim_k]), in the arena when fewer than all. */
+static const float *window_queries(const pkv_layer_probe *probe, const pkv_hparams *hp, int window, pkv_arena *arena) {
+    if (window >= probe->window) return probe->q;
+    float *sub = pkv_arena_alloc(arena, (size_t)hp->n_head * window * hp->head_dim_k * sizeof(float));
+    if (!sub) return NULL;
+    for (int h = 0; h < hp->n_head; h++)
+        memcpy(sub + (size_t)h * window * hp->head_dim_k,
+               probe->q + ((size_t)h * probe->window + probe->window - window) * hp->head_dim_k,
+               (size_t)window * hp->head_dim_k * sizeof(float));
+    return sub;
+}
+
+/* The rows of layer il's KV heads as the press reads them: counts, positions,
+ * f32 keys (and values when asked), and for attention-sum presses the number
+ * of the call's queries that could see each row (causal). */
+typedef struct {
+    int *n_rows;
+    const float **keys, **values;
+    const int32_t **pos;
+    int32_t **counts;
+} layer_rows;
+
+static int gather_rows(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_ops *ops, int il, layer_rows *r,
+                       pkv_error *err) {
+    const pkv_kvcache *c = &s->cache;
+    pkv_arena *arena = &s->arena;
+    int nkv = pkv_kvcache_n_heads(c, il);
+    r->n_rows = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int));
+    r->keys = pkv_arena_alloc(arena, (size_t)nkv * sizeof(float *));
+    r->values = pkv_arena_alloc(arena, (size_t)nkv * sizeof(float *));
+    r->pos = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int32_t *));
+    r->counts = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int32_t *));
+    if (!r->n_rows || !r->keys || !r->values || !r->pos || !r->counts)
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+    for (int g = 0; g < nkv; g++) {
+        int n = pkv_kvcache_head_rows(c, il, g);
+        r->n_rows[g] = n;
+        r->pos[g] = pkv_kvcache_head_pos(c, il, g);
+        /* presses read f32 rows: an f32 cache is handed over as it is */
+        r->keys[g] = pkv_kvcache_head_k_f32(c, il, g);
+        r->values[g] = pkv_kvcache_head_v_f32(c, il, g);
+        if (!r->keys[g]) {
+            float *k = pkv_arena_alloc(arena, (size_t)n * pkv_kvcache_head_dim_k(c, il) * sizeof(float) + 4);
+            if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
+            pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
+            r->keys[g] = k;
+            if (ops->needs_values) {
+                float *v = pkv_arena_alloc(arena, (size_t)n * pkv_kvcache_head_dim_v(c, il) * sizeof(float) + 4);
+                if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
+                pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
+                r->values[g] = v;
+            }
+        }
+        if (ops->needs_attn_sum) {
+            if (n > probe->acc_rows)
+                return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d: attention sums cover %lld rows, the head has %d", il,
+                                (long long)probe->acc_rows, n);
+            r->counts[g] = pkv_arena_alloc(arena, (size_t)n * sizeof(int32_t) + 4);
+            if (!r->counts[g]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+            int32_t end = probe->first_pos + probe->n_new;
+            for (int j = 0; j < n; j++)
+                r->counts[g][j] = r->pos[g][j] < probe->first_pos ? probe->n_new : end - r->pos[g][j];
+        }
+    }
+    return 0;
+}
+
+/* Rank of layer il among the full-attention layers, and their number: the
+ * layer schedule (PyramidKV) runs over the pressed layers. */
+static void press_layer_rank(const pkv_model *m, int il, int *rank, int *n_pressed) {
+    *rank = *n_pressed = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        if (!pkv_layer_is_full(m, l)) continue;
+        if (l < il) (*rank)++;
+        (*n_pressed)++;
+    }
+}
+
+int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_cfg *cfg, int il,
+                       pkv_compress_stats *stats, pkv_error *err) {
+    double t0 = pkv_now_seconds();
+    const pkv_hparams *hp = &s->model->hp;
+    pkv_kvcache *c = &s->cache;
+    const pkv_press_ops *ops = cfg->ops;
+    pkv_arena_reset(&s->arena);
+    int nkv = pkv_kvcache_n_heads(c, il);
+    if (nkv != hp->n_head_kv)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                        "layer %d already holds one head per query head; recompressing it is not supported", il);
+    if (ops->needs_attn_sum && !probe->acc_rows)
+        return pkv_fail(err, PKV_ERR_ARG, "press %s needs attention sums that this prefill did not keep", ops->name);
+    /* the press window: the newest queries of those kept */
+    int window = cfg->window < probe->window ? cfg->window : probe->window;
+    if (window < 1) window = 1;
+    const float *q = window_queries(probe, hp, window, &s->arena);
+    if (!q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+    layer_rows rows;
+    if (gather_rows(s, probe, ops, il, &rows, err)) return -1;
+    int press_layer, n_press_layers;
+    press_layer_rank(s->model, il, &press_layer, &n_press_layers);
+    pkv_press_input in = {
+        .layer = il,
+        .n_layers = hp->n_layer,
+        .press_layer = press_layer,
+        .n_press_layers = n_press_layers,
+        .n_head = hp->n_head,
+        .n_head_kv = nkv,
+        .head_dim_k = pkv_kvcache_head_dim_k(c, il),
+        .head_dim_v = pkv_kvcache_head_dim_v(c, il),
+        .attn_scale = hp->attn_scale,
+        .window = window,
+        .q_window = q,
+        .q_pos = probe->q_pos + (probe->window - window),
+        .n_rows = rows.n_rows,
+        .keys = rows.keys,
+        .values = ops->needs_values ? rows.values : NULL,
+        .pos = rows.pos,
+        .attn_sum = ops->needs_attn_sum ? (const float *const *)probe->acc : NULL,
+        .attn_count = ops->needs_attn_sum ? (const int32_t *const *)rows.counts : NULL,
+        .comp = &s->comp,
+        .arena = &s->arena,
+        .seed = cfg->seed,
+    };
+    pkv_press_selection sel;
+    if (pkv_press_run(cfg, &in, &sel, err)) return -1;
+    if (pkv_check_mem_cap(s, il, err)) return -1; /* the press's scratch counts too */
+
+    int64_t before = pkv_kvcache_layer_rows(c, il);
+    if (sel.per_query_head) {
+        if (pkv_kvcache_split_heads(c, il, sel.n_sel, (const int32_t *const *)sel.keep, sel.n_keep, 16, err))
+            return -1;
+    } else {
+        for (int g = 0; g < nkv; g++)
+            if (pkv_kvcache_keep_rows(c, il, g, sel.keep[g], sel.n_keep[g], 16, err)) return -1;
+    }
+    if (stats) {
+        stats->compressed = true;
+        stats->rows_before += before;
+        stats->rows_after += pkv_kvcache_layer_rows(c, il);
+        stats->press_seconds += pkv_now_seconds() - t0;
+    }
+    return 0;
+}

@@ -1,0 +1,188 @@
+/*
+ * A request run as the compression protocol says: the prompt assembled
+ * (prompt.c), the part the mode compresses prefilled with the press, the rest
+ * fed after it, then the decode loop (generate.c). The cache estimate uses
+ * the budget code the press runs (press/budget.c), so layer and head
+ * schedules, the window and protected rows count as they will.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "engine/session.h"
+#include "model/model.h"
+#include "press/press.h"
+
+void pkv_request_init(pkv_request *req) {
+    memset(req, 0, sizeof *req);
+    req->mode = PKV_MODE_QUERY_AWARE;
+    pkv_sampler_params_default(&req->sampling);
+    req->max_tokens = 128;
+}
+
+void pkv_request_prompt_free(pkv_request_prompt *p) {
+    pkv_prompt_tokens_free(&p->prompt);
+    memset(p, 0, sizeof *p);
+}
+
+static int token_prompt(const pkv_model *m, const pkv_request *req, pkv_prompt_tokens *t, pkv_error *err) {
+    if (req->n_tokens < 1) return pkv_fail(err, PKV_ERR_ARG, "request: no prompt tokens");
+    for (int i = 0; i < req->n_tokens; i++)
+        if (req->tokens[i] < 0 || req->tokens[i] >= pkv_n_vocab(m))
+            return pkv_fail(err, PKV_ERR_ARG, "token id %d at index %d is outside the vocabulary [0, %d)",
+                            req->tokens[i], i, pkv_n_vocab(m));
+    t->tokens = malloc((size_t)req->n_tokens * sizeof *t->tokens);
+    if (!t->tokens) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    memcpy(t->tokens, req->tokens, (size_t)req->n_tokens * sizeof *t->tokens);
+    t->n_tokens = t->context_end = t->question_end = req->n_tokens;
+    return 0;
+}
+
+int pkv_request_tokenize(const pkv_model *m, const pkv_request *req, pkv_request_prompt *out, pkv_error *err) {
+    pkv_error_clear(err);
+    memset(out, 0, sizeof *out);
+    if (req->protect_system && (req->tokens || !req->prompt.chat))
+        return pkv_fail(err, PKV_ERR_ARG, "request: protect_system needs a chat prompt (a system message)");
+    pkv_prompt_tokens *t = &out->prompt;
+    if (req->tokens ? token_prompt(m, req, t, err) : pkv_prompt_tokenize(m, &req->prompt, t, err)) {
+        pkv_request_prompt_free(out);
+        return -1;
+    }
+    if (req->tokens) out->n_compressed = t->n_tokens;
+    else if (req->mode == PKV_MODE_QUERY_AGNOSTIC) out->n_compressed = t->context_end;
+    else out->n_compressed = req->press_whole_prompt ? t->n_tokens : t->question_end;
+    out->n_protected = req->protect_system ? t->system_end : 0;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the press of a request */
+
+/* The request's press with the protected system prompt added (a shallow copy:
+ * the press's parameters are shared, the protected spans are its own), or
+ * NULL for the full cache. */
+typedef struct {
+    pkv_press_cfg cfg;
+    const pkv_press_cfg *press;
+} request_press;
+
+static int press_of(const pkv_request *req, const pkv_request_prompt *p, request_press *rp, pkv_error *err) {
+    rp->press = pkv_press_cfg_compresses(req->press) ? req->press : NULL;
+    if (!rp->press || p->n_protected <= 0) return 0;
+    rp->cfg = *req->press;
+    rp->cfg.protect = malloc((size_t)(req->press->n_protect + 1) * sizeof *rp->cfg.protect);
+    if (!rp->cfg.protect) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    if (req->press->n_protect) memcpy(rp->cfg.protect, req->press->protect, (size_t)req->press->n_protect * sizeof(pkv_span));
+    rp->cfg.protect[rp->cfg.n_protect++] = (pkv_span){0, p->n_protected};
+    rp->press = &rp->cfg;
+    return 0;
+}
+
+static void press_free(request_press *rp) {
+    if (rp->press == &rp->cfg) free(rp->cfg.protect);
+}
+
+/* ---------------------------------------------------------------- prefill */
+
+int pkv_request_prefill_compressed(pkv_session *s, const pkv_request *req, const pkv_request_prompt *p,
+                                   const pkv_session *from, pkv_request_stats *stats, pkv_error *err) {
+    pkv_error_clear(err);
+    request_press rp;
+    if (press_of(req, p, &rp, err)) return -1;
+    pkv_prefill_stats ps;
+    int rc;
+    if (from) {
+        rc = pkv_session_copy(s, from, rp.press, &ps, err);
+    } else {
+        /* a later turn is compressed again only in recompress mode (the official SnapKV code appends it) */
+        bool apply = pkv_session_n_pos(s) == 0 || req->mode == PKV_MODE_RECOMPRESS;
+        rc = pkv_session_prefill(s, p->prompt.tokens, p->n_compressed, rp.press, apply, &ps, err);
+    }
+    press_free(&rp);
+    if (rc == 0 && stats) {
+        stats->n_prompt = p->prompt.n_tokens;
+        stats->n_compressed = p->n_compressed;
+        stats->press = ps;
+    }
+    return rc;
+}
+
+int pkv_request_prefill_rest(pkv_session *s, const pkv_request_prompt *p, pkv_request_stats *stats, pkv_error *err) {
+    pkv_error_clear(err);
+    int n = p->prompt.n_tokens - p->n_compressed;
+    if (n <= 0) return 0;
+    pkv_prefill_stats ps;
+    if (pkv_prefill(s, p->prompt.tokens + p->n_compressed, n, NULL, &ps, err)) return -1;
+    if (stats) stats->rest_seconds = ps.prefill_seconds;
+    return 0;
+}
+
+int pkv_request_run(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
+                    pkv_request_stats *stats, pkv_error *err) {
+    pkv_request_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    pkv_request_prompt own = {0};
+    if (!prompt) {
+        if (pkv_request_tokenize(pkv_session_model(s), req, &own, err)) return -1;
+        prompt = &own;
+    }
+    int rc = pkv_request_prefill_compressed(s, req, prompt, NULL, stats, err);
+    if (rc == 0) rc = pkv_request_prefill_rest(s, prompt, stats, err);
+    if (rc == 0) {
+        stats->prefilled = true;
+        if (req->on_prefilled) req->on_prefilled(req->user, stats);
+        rc = pkv_generate(s, req, stats, err);
+    }
+    pkv_request_prompt_free(&own);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the cache estimate */
+
+int pkv_request_estimate(const pkv_model *m, const pkv_request *req, const pkv_request_prompt *p,
+                         const pkv_session_opts *opts, pkv_cache_estimate *out, pkv_error *err) {
+    pkv_error_clear(err);
+    memset(out, 0, sizeof *out);
+    const pkv_hparams *hp = &m->hp;
+    int elem_bytes = opts && opts->cache_type == PKV_CACHE_F32 ? 4 : 2;
+    int n_batch = opts && opts->n_batch > 0 ? opts->n_batch : 512;
+    out->row_bytes = pkv_model_kv_bytes_per_token(m, elem_bytes) / ((uint64_t)hp->n_layer * hp->n_head_kv) +
+                     sizeof(int32_t);
+    uint64_t total_rows = (uint64_t)p->prompt.n_tokens + (uint64_t)(req->max_tokens > 0 ? req->max_tokens : 0);
+    /* sliding-window layers hold their window, trimmed lazily: at most twice
+     * the window plus one prefill chunk */
+    uint64_t swa_rows = 2 * (uint64_t)hp->sliding_window + (uint64_t)n_batch;
+    if (swa_rows > total_rows) swa_rows = total_rows;
+    int n_full = 0;
+    for (int l = 0; l < hp->n_layer; l++) n_full += pkv_layer_is_full(m, l);
+    uint64_t swa_bytes = (uint64_t)(hp->n_layer - n_full) * hp->n_head_kv * swa_rows * out->row_bytes;
+    out->rows_full = (int64_t)n_full * hp->n_head_kv * p->prompt.n_tokens;
+    request_press rp;
+    if (press_of(req, p, &rp, err)) return -1;
+    if (!rp.press || n_full == 0) {
+        out->rows_kept = out->rows_full;
+        out->bytes_peak = swa_bytes + (uint64_t)n_full * hp->n_head_kv * total_rows * out->row_bytes;
+        press_free(&rp);
+        return 0;
+    }
+    /* compression runs one layer at a time: during the prefill the layers
+     * pressed so far hold their kept rows and the current one all of them;
+     * at the end every layer holds its kept rows, the rest of the prompt and
+     * the completion (one row per selection head each) */
+    bool per_query_head = rp.press->ops->per_query_head && rp.press->ops->per_query_head(rp.press->params);
+    uint64_t heads_after = per_query_head ? (uint64_t)hp->n_head : (uint64_t)hp->n_head_kv;
+    uint64_t kept = 0, kept_before_last = 0;
+    for (int rank = 0; rank < n_full; rank++) {
+        uint64_t rows = (uint64_t)pkv_press_layer_rows(rp.press, rank, n_full, p->n_compressed, hp->n_head,
+                                                       hp->n_head_kv);
+        if (rank < n_full - 1) kept_before_last += rows;
+        kept += rows;
+    }
+    press_free(&rp);
+    uint64_t after_press = total_rows - (uint64_t)p->n_compressed;
+    uint64_t during = kept_before_last + (uint64_t)hp->n_head_kv * (uint64_t)p->n_compressed;
+    uint64_t after = kept + (uint64_t)n_full * heads_after * after_press;
+    out->rows_kept = (int64_t)(kept + (uint64_t)n_full * heads_after * (uint64_t)(p->prompt.n_tokens - p->n_compressed));
+    out->bytes_peak = swa_bytes + (during > after ? during : after) * out->row_bytes;
+    return 0;
+}
