@@ -9,8 +9,10 @@
 # extra flags go to `promptkv eval` (--resume continues a run that was
 # stopped; -t N sets the threads). The committed results are
 # docs/results/NAME/results.jsonl.gz: `tools/eval-runs.sh --save NAME` copies
-# them there. The runs are long on a CPU (see each run's cost in
-# docs/results.md); all are resumable.
+# them there (with the summary tables and plots), `--restore NAME` puts them
+# back in out/NAME so that `NAME --resume` continues the committed run. The
+# runs are long on a CPU (see each run's cost in docs/results.md); all are
+# resumable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${PROMPTKV:-build/promptkv}
@@ -108,9 +110,25 @@ case ${1:-} in
     mkdir -p "docs/results/$2"
     gzip -9 -n -c "out/$2/results.jsonl" > "docs/results/$2/results.jsonl.gz"
     cp "out/$2/run.json" "docs/results/$2/run.json"
+    # the summary tables and plots, rewritten from every line so far
+    "$bin" eval --report-only -o "out/$2" > /dev/null
+    for f in summary.md summary.csv timing.csv accuracy_query_agnostic.svg accuracy_query_aware.svg; do
+        [ -f "out/$2/$f" ] && cp "out/$2/$f" "docs/results/$2/$f"
+    done
     echo "docs/results/$2: $(wc -l < "out/$2/results.jsonl") result lines" ;;
+--restore)
+    # out/NAME from the committed lines, so that `NAME --resume` continues the committed run
+    [ $# -eq 2 ] || { echo "usage: tools/eval-runs.sh --restore NAME" >&2; exit 2; }
+    [ -f "docs/results/$2/results.jsonl.gz" ] || { echo "eval-runs: no docs/results/$2/results.jsonl.gz" >&2; exit 2; }
+    if [ -s "out/$2/results.jsonl" ]; then
+        echo "eval-runs: out/$2/results.jsonl exists; resume it or move it away first" >&2; exit 2
+    fi
+    mkdir -p "out/$2"
+    gzip -dc "docs/results/$2/results.jsonl.gz" > "out/$2/results.jsonl"
+    cp "docs/results/$2/run.json" "out/$2/run.json"
+    echo "out/$2: $(wc -l < "out/$2/results.jsonl") result lines; continue with tools/eval-runs.sh $2 --resume" ;;
 "" | -h | --help)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' ;;
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' ;;
 *)
     run "$@" ;;
 esac
