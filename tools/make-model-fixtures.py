@@ -4,12 +4,15 @@
 For each tiny model below this script
   1. builds a seeded random-weight float32 model with HF transformers,
   2. writes it as GGUF the way llama.cpp's convert_hf_to_gguf.py does (same metadata keys, tensor names,
-     llama q/k row permutation, Gemma "+1" norm fold, tied output, rope_freqs for llama3 rope scaling),
+     llama q/k row permutation, Gemma "+1" norm fold, tied output, rope_freqs for llama3 rope scaling,
+     Phi-3's fused attn_qkv / ffn_up and LongRoPE factor tensors),
      once per weight type (F32, F16, Q8_0, ...; 2-D weights only, 1-D and *_norm.weight stay F32),
   3. loads the weights exactly as stored in that GGUF (dequantised) back into the HF model and records
      HF's logits for a 40-token prompt plus a 6-token greedy continuation (<model>-<type>.ref).
      The prompt (random non-control ids) is the first seeded candidate whose greedy steps all have a
-     top-1/top-2 logit gap >= MIN_DECODE_MARGIN for every weight type of the model.
+     top-1/top-2 logit gap >= MIN_DECODE_MARGIN for every weight type of the model;
+  4. for the Qwen3 and Phi-3 vocabularies, records the ids the reference tokenizers (HF tokenizers,
+     sentencepiece) give for a few strings (<model>.tok, the format of tests/fixtures/tokenizer/*.ref).
 
 .ref layout (little-endian):
     char magic[8] = "PKVREF1\\0"; int32 n_vocab; int32 n_prompt; int32 n_decode;
@@ -415,7 +418,7 @@ def init_weights(model: torch.nn.Module, spec: ModelSpec) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# HF -> GGUF tensor mapping (mirrors convert_hf_to_gguf.py for these three architectures)
+# HF -> GGUF tensor mapping (mirrors convert_hf_to_gguf.py for these five architectures)
 # ----------------------------------------------------------------------------------------------------
 
 
