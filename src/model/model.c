@@ -258,7 +258,8 @@ static pkv_tensor row_view(const pkv_tensor *t, int64_t row0, int64_t n_rows) {
 }
 
 /* Q, K and V of layer il: attn_q/k/v, or one attn_qkv holding the q rows,
- * then the k rows, then the v rows (phi3; llama.cpp accepts either form). */
+ * then the k rows, then the v rows (phi3; llama.cpp's create_tensor_qkv takes
+ * either form, docs/engine.md §3.6). */
 static int bind_qkv(pkv_model *model, int il, int64_t q_dim, int64_t k_dim, int64_t v_dim, pkv_error *err) {
     pkv_layer_weights *L = &model->layers[il];
     char name[GGUF_MAX_NAME + 32];
@@ -277,6 +278,10 @@ static int bind_qkv(pkv_model *model, int il, int64_t q_dim, int64_t k_dim, int6
     if (gguf_find_tensor(&model->file, name))
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: layer %d has both attn_qkv.weight and attn_q.weight",
                         model->file.path, il);
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", il);
+    if (gguf_find_tensor(&model->file, name))
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: tensor %s (a fused QKV bias) is not supported",
+                        model->file.path, name);
     L->wq = row_view(&qkv, 0, q_dim);
     L->wk = row_view(&qkv, q_dim, k_dim);
     L->wv = row_view(&qkv, q_dim + k_dim, v_dim);
