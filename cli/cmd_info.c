@@ -51,6 +51,8 @@ int cmd_info(int argc, char **argv) {
            mi.n_head / mi.n_head_kv, mi.head_dim);
     printf("vocabulary:     %d (%s tokenizer)\n", mi.n_vocab, mi.tokenizer);
     printf("context:        %d (trained)\n", mi.n_ctx_train);
+    printf("chat format:    %s%s\n", pkv_model_chat_format(m),
+           pkv_model_has_chat_template(m) ? " (from tokenizer.chat_template)" : "");
     printf("simd:           %s\n", pkv_simd_name(pkv_simd_detect()));
 
     /* tensor types: count and bytes per type */
