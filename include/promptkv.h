@@ -147,7 +147,7 @@ int pkv_n_vocab(const pkv_model *model);
 
 /* Chat formatting: render messages as the model's chat template does, with
  * a generation prompt for the assistant. The format (chatml, llama2,
- * llama3, mistral, phi, gemma, deepseek, command-r, ... docs/engine.md §4.6)
+ * llama3, mistral, phi, gemma, deepseek, command-r, ... docs/engine.md §4.7)
  * is the load option's, else detected in tokenizer.chat_template, else
  * chosen by the architecture. The text starts with the BOS text where the family's
  * template does: tokenize it with add_special = false, parse_special = true.

@@ -1,5 +1,5 @@
 /*
- * Chat formats (docs/engine.md §4.6). Expected values come from:
+ * Chat formats (docs/engine.md §4.7). Expected values come from:
  *   - tests/fixtures/chat/templates.ref: real models' chat templates (tools/chat_templates.py) rendered
  *     by HF transformers' render_jinja_template (jinja2), written by tools/make-chat-fixtures.py; each
  *     template must be detected as its family and every conversation must render byte for byte;

@@ -1,4 +1,4 @@
-"""Chat templates of real models, one per family promptkv formats (docs/engine.md §4.6).
+"""Chat templates of real models, of every family promptkv formats (docs/engine.md §4.7).
 
 Each entry: the family promptkv must detect, the model, where the text was read, the BOS and EOS texts
 of that model's tokenizer, and the tokenizer.chat_template text itself. tools/make-chat-fixtures.py

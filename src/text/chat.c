@@ -4,7 +4,7 @@
  * add_generation_prompt=true under HF's apply_chat_template (jinja2,
  * trim_blocks, lstrip_blocks). The templates are in tools/chat_templates.py
  * and tests/fixtures/chat/templates.ref holds jinja2's renderings, which
- * tests/test_chat.c compares with these (docs/engine.md §4.6).
+ * tests/test_chat.c compares with these (docs/engine.md §4.7).
  *
  * Each function below follows its template's logic, its checks included:
  * where the template raises (roles that do not alternate, a role it does not

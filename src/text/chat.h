@@ -1,6 +1,6 @@
 /* Chat formats: which family a model's chat template belongs to
  * (chat_detect.c) and rendering a conversation as that family's template
- * does (chat.c, chat_families.c). docs/engine.md §4.6. */
+ * does (chat.c). docs/engine.md §4.7. */
 #ifndef PKV_CHAT_H
 #define PKV_CHAT_H
 
@@ -11,7 +11,7 @@
 #include "promptkv.h"
 #include "text/vocab.h"
 
-/* The families, named as llama.cpp names them (docs/engine.md §4.6 lists the
+/* The families, named as llama.cpp names them (docs/engine.md §4.7 lists the
  * template each is checked against). */
 typedef enum {
     PKV_CHAT_NONE = 0,
@@ -63,7 +63,7 @@ typedef struct {
 } pkv_chat_style;
 
 /* The family whose template text this is (llama.cpp's markers, extended to
- * tell the variants apart, docs/engine.md §4.6), or PKV_CHAT_NONE; fills
+ * tell the variants apart, docs/engine.md §4.7), or PKV_CHAT_NONE; fills
  * style's family, flags and default system prompt (the special texts are
  * left to the caller). */
 pkv_chat_family pkv_chat_detect_text(const char *tmpl, size_t len, pkv_chat_style *style);

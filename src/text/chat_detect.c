@@ -1,5 +1,5 @@
 /*
- * Which chat family a model's template belongs to (docs/engine.md §4.6).
+ * Which chat family a model's template belongs to (docs/engine.md §4.7).
  *
  * A template is recognised by its markers, in llama.cpp's order
  * (llm_chat_detect_template), with markers of our own where the real
