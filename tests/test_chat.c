@@ -9,6 +9,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "format/gguf.h"
 #include "test.h"
@@ -100,7 +101,7 @@ TEST(chat_templates_vs_jinja) {
     REQUIRE_MSG(data, "chat/templates.ref missing");
     fixture_state *fs = calloc(1, sizeof *fs);
     REQUIRE(fs);
-    char case_name[64] = "";
+    char case_name[64] = "", today[32] = "";
     char *cursor = data, *line;
     while ((line = next_line(&cursor))) {
         if (line[0] == '#' || !line[0]) continue;
@@ -110,9 +111,12 @@ TEST(chat_templates_vs_jinja) {
             snprintf(fs->name, sizeof fs->name, "%s", f[1]);
             size_t len = unescape(f[3]);
             pkv_chat_family got = pkv_chat_detect_text(f[3], len, &fs->style);
+            snprintf(fs->style.today, sizeof fs->style.today, "%s", today); /* the date strftime_now gave */
             CHECK_MSG(!strcmp(pkv_chat_family_name(got), f[2]), "%s: detected as %s, want %s", f[1],
                       pkv_chat_family_name(got), f[2]);
             fs->n_templates++;
+        } else if (!strcmp(f[0], "D")) {
+            snprintf(today, sizeof today, "%s", f[1]);
         } else if (!strcmp(f[0], "B")) {
             unescape(f[1]);
             snprintf(fs->style.bos, sizeof fs->style.bos, "%s", f[1]);
@@ -134,10 +138,10 @@ TEST(chat_templates_vs_jinja) {
             check_case(fs, case_name, NULL);
         }
     }
-    /* 26 templates x 11 conversations (tools/make-chat-fixtures.py) */
-    CHECK_EQ_INT(fs->n_templates, 26);
-    CHECK_EQ_INT(fs->n_rendered + fs->n_raised, 26 * 11);
-    CHECK(fs->n_rendered >= 250 && fs->n_raised >= 30);
+    /* 30 templates x 12 conversations (tools/make-chat-fixtures.py) */
+    CHECK_EQ_INT(fs->n_templates, 30);
+    CHECK_EQ_INT(fs->n_rendered + fs->n_raised, 30 * 12);
+    CHECK(fs->n_rendered >= 320 && fs->n_raised >= 30);
     free(fs);
     free(data);
 }
@@ -385,4 +389,35 @@ TEST(chat_default_system_literals) {
     static const char ex[] = "[|system|][|endofturn|]\\n [|assistant|]";
     REQUIRE(pkv_chat_detect_text(ex, strlen(ex), &st) == PKV_CHAT_EXAONE3);
     CHECK(st.has_default_system && st.default_system[0] == '\0');
+}
+
+/* Llama 3.2 writes today's date (HF's strftime_now, the local date): without
+ * a date given, the formatter writes the day it renders on. */
+TEST(chat_llama32_today) {
+    static const char tmpl[] = "<|start_header_id|><|end_header_id|>Cutting Knowledge Date: {{ strftime_now('%d %b %Y') }}";
+    pkv_chat_style st;
+    REQUIRE(pkv_chat_detect_text(tmpl, strlen(tmpl), &st) == PKV_CHAT_LLAMA3);
+    CHECK(st.flags & PKV_CHAT_DATE_HEADER);
+    CHECK(st.flags & PKV_CHAT_DATE_TODAY);
+    pkv_chat_style_default_tokens(&st);
+    pkv_chat_message msgs[] = {{"user", "Hi"}};
+    char out[512], want[512], day[32];
+    pkv_error err = {0};
+    time_t now = time(NULL);
+    struct tm tm;
+    REQUIRE(localtime_r(&now, &tm) && strftime(day, sizeof day, "%d %b %Y", &tm));
+    int n = pkv_chat_render(&st, msgs, 1, out, sizeof out, NULL, &err);
+    snprintf(want, sizeof want,
+             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+             "Today Date: %s\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+             "<|start_header_id|>assistant<|end_header_id|>\n\n",
+             day);
+    CHECK_EQ_INT(n, (int)strlen(want));
+    CHECK_STR(out, want);
+    /* Llama 3.1's fixed date unless the template calls strftime_now */
+    static const char tmpl31[] = "<|start_header_id|><|end_header_id|>Cutting Knowledge Date: {{ date_string }}";
+    REQUIRE(pkv_chat_detect_text(tmpl31, strlen(tmpl31), &st) == PKV_CHAT_LLAMA3);
+    CHECK(!(st.flags & PKV_CHAT_DATE_TODAY));
+    pkv_chat_style_default_tokens(&st);
+    CHECK(pkv_chat_render(&st, msgs, 1, out, sizeof out, NULL, &err) > 0 && strstr(out, "Today Date: 26 Jul 2024\n"));
 }

@@ -7,6 +7,7 @@ tools/chat_templates.py, with add_generation_prompt=True.
     tools/make-chat-fixtures.py [OUT_DIR]      (default tests/fixtures/chat; packages: tools/requirements.txt)
 
 File format, one record a line, fields separated by tabs, texts escaped as bytes (\\xNN, \\\\):
+    D <date>                      what strftime_now("%d %b %Y") gave (pinned, so the file does not change daily)
     T <key> <family> <template>   a template and the family promptkv must detect in it
     B <bos text>   O <eos text>   the tokenizer's BOS and EOS texts the template was rendered with
     C <case>                      a conversation follows
@@ -19,11 +20,13 @@ system_end is found in the rendering, not computed by the formatter under test: 
 template writes it (stripped where the template strips it) followed by the family's end of the system
 part (SYSTEM_SUFFIX), searched from the start; a template's own default system prompt counts too.
 """
+import datetime
 import os
 import sys
 
 import jinja2
 import transformers
+from transformers.utils import chat_template_utils
 from transformers.utils.chat_template_utils import render_jinja_template
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -54,6 +57,9 @@ SYSTEM_SUFFIX = {
     "exaone3": "[|endofturn|]\n",
 }
 
+# Templates whose end of the system part differs from their family's.
+SYSTEM_SUFFIX_OF_TEMPLATE = {"phi-4-mini": "<|end|>"}
+
 # Templates that write a system prompt of their own when the conversation has none: its text.
 DEFAULT_SYSTEM = {
     "qwen2": "You are a helpful assistant.",
@@ -63,7 +69,23 @@ DEFAULT_SYSTEM = {
                        "politically sensitive questions, security and privacy issues, and other non-computer "
                        "science questions, you will refuse to answer\n"),
     "exaone-3.5": "",
+    "llama-3.1": "",  # the header block with the dates is always written
+    "llama-3.2": "",
 }
+
+# strftime_now returns this date's text: templates that print today's date (Llama 3.2) render the same
+# every day; the C test is given the same date.
+FIXED_NOW = datetime.datetime(2025, 3, 7, 12, 0, 0)
+
+
+class _FixedClock(datetime.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return FIXED_NOW
+
+
+# HF's strftime_now is datetime.now().strftime(format), with the module's datetime
+chat_template_utils.datetime = _FixedClock
 
 # Families whose template strips the system text it writes.
 STRIPS_SYSTEM = {"llama3"}
@@ -83,6 +105,7 @@ CASES = {
     "two_users": [("user", "one"), ("user", "two")],
     "assistant_first": [("assistant", "I speak first"), ("user", "ok")],
     "mid_system": [("user", "a"), ("assistant", "b"), ("system", "c"), ("user", "d")],
+    "think_turns": [("user", "q1"), ("assistant", "<think>\nreasoning\n</think>\n\nanswer one"), ("user", "q2")],
 }
 
 
@@ -110,7 +133,7 @@ def render(entry, messages):
 
 def system_end(entry, messages, rendered):
     data = rendered.encode("utf-8")
-    suffix = SYSTEM_SUFFIX[entry["family"]]
+    suffix = SYSTEM_SUFFIX_OF_TEMPLATE.get(entry["key"], SYSTEM_SUFFIX[entry["family"]])
     if messages[0][0] == "system":
         text = messages[0][1]
         if entry["family"] in STRIPS_SYSTEM:
@@ -135,6 +158,7 @@ def main():
         f.write(f"# chat renderings by transformers {transformers.__version__} render_jinja_template "
                 f"(jinja2 {jinja2.__version__}) of the templates in tools/chat_templates.py; "
                 "written by tools/make-chat-fixtures.py\n")
+        f.write(f"D\t{FIXED_NOW.strftime('%d %b %Y')}\n")
         for entry in TEMPLATES:
             f.write(f"T\t{entry['key']}\t{entry['family']}\t{esc_str(entry['template'])}\n")
             f.write(f"B\t{esc_str(entry['bos'])}\n")

@@ -13,8 +13,10 @@
  */
 #include "text/chat.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "text/unicode.h"
@@ -112,11 +114,102 @@ static const char ONLY_USER_ASSISTANT_SYSTEM[] =
 
 /* ---------------------------------------------------------------- ChatML, Phi, Granite, ... (one block a message) */
 
+/* s[0, n) without the characters c at its start (lstrip) or end (rstrip). */
+static void lstrip_char(const char **s, size_t *n, char c) {
+    while (*n && **s == c) (*s)++, (*n)--;
+}
+static void rstrip_char(const char *s, size_t *n, char c) {
+    while (*n && s[*n - 1] == c) (*n)--;
+}
+
+static const char *last_of(const char *s, size_t n, const char *needle) {
+    const char *found = NULL;
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, needle, k)) found = s + i;
+    return found;
+}
+
+static bool is_tool_response(const char *c) {
+    size_t n = strlen(c), a = strlen("<tool_response>"), b = strlen("</tool_response>");
+    return n >= a && n >= b && !memcmp(c, "<tool_response>", a) && !memcmp(c + n - b, "</tool_response>", b);
+}
+
+/* Qwen3: no default system prompt; an assistant turn's text after its
+ * </think> (the reasoning before it dropped), except after the last user
+ * message, where the reasoning is kept in a <think> block (an empty one for
+ * the last message); tool results as user turns of <tool_response> blocks. */
+static int render_qwen3(chat_out *o, const pkv_chat_message *m, int n) {
+    if (is_role(&m[0], "system")) {
+        put(o, "<|im_start|>system\n");
+        put(o, m[0].content);
+        put(o, "<|im_end|>\n");
+        mark_system_end(o);
+    }
+    int last_query = n - 1;
+    for (int k = n - 1; k >= 0; k--)
+        if (is_role(&m[k], "user") && !is_tool_response(m[k].content)) {
+            last_query = k;
+            break;
+        }
+    for (int k = 0; k < n; k++) {
+        if (is_role(&m[k], "user") || (is_role(&m[k], "system") && k > 0)) {
+            put(o, "<|im_start|>");
+            put(o, m[k].role);
+            put(o, "\n");
+            put(o, m[k].content);
+            put(o, "<|im_end|>\n");
+        } else if (is_role(&m[k], "assistant")) {
+            const char *c = m[k].content, *r = "";
+            size_t nc = strlen(c), nr = 0;
+            const char *close = strstr(c, "</think>");
+            if (close) {
+                /* content.split('</think>')[-1].lstrip('\n') and
+                 * content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+                const char *after = last_of(c, nc, "</think>") + strlen("</think>");
+                size_t na = nc - (size_t)(after - c);
+                r = c;
+                nr = (size_t)(close - c);
+                rstrip_char(r, &nr, '\n');
+                const char *open = last_of(r, nr, "<think>");
+                if (open) {
+                    nr -= (size_t)(open + strlen("<think>") - r);
+                    r = open + strlen("<think>");
+                }
+                lstrip_char(&r, &nr, '\n');
+                c = after;
+                nc = na;
+                lstrip_char(&c, &nc, '\n');
+            }
+            put(o, "<|im_start|>assistant\n");
+            if (k > last_query && (k == n - 1 || nr > 0)) {
+                lstrip_char(&r, &nr, '\n');
+                rstrip_char(r, &nr, '\n');
+                put(o, "<think>\n");
+                put_n(o, r, nr);
+                put(o, "\n</think>\n\n");
+                lstrip_char(&c, &nc, '\n');
+            }
+            put_n(o, c, nc);
+            put(o, "<|im_end|>\n");
+        } else if (is_role(&m[k], "tool")) {
+            if (k == 0 || !is_role(&m[k - 1], "tool")) put(o, "<|im_start|>user");
+            put(o, "\n<tool_response>\n");
+            put(o, m[k].content);
+            put(o, "\n</tool_response>");
+            if (k == n - 1 || !is_role(&m[k + 1], "tool")) put(o, "<|im_end|>\n");
+        }
+    }
+    put(o, "<|im_start|>assistant\n");
+    return 0;
+}
+
 /* OpenHermes, Qwen2, Qwen2.5: <|im_start|>ROLE\nCONTENT<|im_end|>\n; Qwen's
  * templates open with their default system prompt when the first message is
  * not a system message. */
 static int render_chatml(chat_out *o, const pkv_chat_message *m, int n) {
     const pkv_chat_style *st = o->st;
+    if (st->flags & PKV_CHAT_QWEN3_THINK) return render_qwen3(o, m, n);
     for (int k = 0; k < n; k++) {
         if (k == 0 && st->has_default_system && !is_role(&m[0], "system")) {
             put(o, "<|im_start|>system\n");
@@ -135,8 +228,44 @@ static int render_chatml(chat_out *o, const pkv_chat_message *m, int n) {
     return 0;
 }
 
+/* Llama 3.1, 3.2, 3.3 (no tools): a system block that always opens with
+ * the knowledge cutoff and the date (3.2: today's), then the system
+ * message's trimmed text; the other messages as Llama 3's. */
+static int render_llama31(chat_out *o, const pkv_chat_message *m, int n) {
+    const pkv_chat_style *st = o->st;
+    char today[32] = "26 Jul 2024";
+    if ((st->flags & PKV_CHAT_DATE_TODAY) && st->today[0]) {
+        snprintf(today, sizeof today, "%s", st->today);
+    } else if (st->flags & PKV_CHAT_DATE_TODAY) {
+        time_t now = time(NULL);
+        struct tm tm;
+        if (!localtime_r(&now, &tm) || !strftime(today, sizeof today, "%d %b %Y", &tm))
+            return pkv_fail(o->err, PKV_ERR_INTERNAL, "chat (llama3): no local date for the template");
+    }
+    bool has_system = is_role(&m[0], "system");
+    put(o, st->bos);
+    put(o, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+    put(o, today);
+    put(o, "\n\n");
+    if (has_system) put_trimmed(o, m[0].content);
+    put(o, "<|eot_id|>");
+    mark_system_end(o);
+    for (int k = has_system; k < n; k++) {
+        bool tool = is_role(&m[k], "tool") || is_role(&m[k], "ipython");
+        put(o, "<|start_header_id|>");
+        put(o, tool ? "ipython" : m[k].role);
+        put(o, "<|end_header_id|>\n\n");
+        if (tool) put(o, m[k].content);
+        else put_trimmed(o, m[k].content);
+        put(o, "<|eot_id|>");
+    }
+    put(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return 0;
+}
+
 /* Llama 3: every message a header block, its content trimmed; BOS first. */
 static int render_llama3(chat_out *o, const pkv_chat_message *m, int n) {
+    if (o->st->flags & PKV_CHAT_DATE_HEADER) return render_llama31(o, m, n);
     for (int k = 0; k < n; k++) {
         if (k == 0) put(o, o->st->bos);
         put(o, "<|start_header_id|>");
@@ -151,8 +280,21 @@ static int render_llama3(chat_out *o, const pkv_chat_message *m, int n) {
 }
 
 /* Phi 3 / 3.5: <|ROLE|>\nCONTENT<|end|>\n for system, user and assistant;
- * Phi 3.5 skips an empty system message. */
+ * Phi 3.5 skips an empty system message; Phi-4-mini writes <|ROLE|>CONTENT<|end|>
+ * for every role. */
 static int render_phi3(chat_out *o, const pkv_chat_message *m, int n) {
+    if (o->st->flags & PKV_CHAT_COMPACT) {
+        for (int k = 0; k < n; k++) {
+            put(o, "<|");
+            put(o, m[k].role);
+            put(o, "|>");
+            put(o, m[k].content);
+            put(o, "<|end|>");
+            if (k == 0 && is_role(&m[0], "system")) mark_system_end(o);
+        }
+        put(o, "<|assistant|>");
+        return 0;
+    }
     for (int k = 0; k < n; k++) {
         bool sys = is_role(&m[k], "system");
         if (sys && (o->st->flags & PKV_CHAT_SKIP_EMPTY_SYSTEM) && !m[k].content[0]) continue;

@@ -48,6 +48,12 @@ enum {
                                               without it (R1) the last one */
     PKV_CHAT_STRIP_THINK = 1u << 3,       /* deepseek3 (R1): an assistant turn keeps what follows </think> */
     PKV_CHAT_THINK_PROMPT = 1u << 4,      /* deepseek3 (R1): the generation prompt opens <think>\n */
+    PKV_CHAT_DATE_HEADER = 1u << 5,       /* llama3 (3.1 and later): a system block with the knowledge
+                                              cutoff and today's date, always */
+    PKV_CHAT_DATE_TODAY = 1u << 6,        /* llama3 (3.2): today's date (strftime_now), not 26 Jul 2024 */
+    PKV_CHAT_QWEN3_THINK = 1u << 7,       /* chatml (Qwen3): earlier turns lose their reasoning, an assistant
+                                              turn after the last user message gets a <think> block */
+    PKV_CHAT_COMPACT = 1u << 8,           /* phi3 (Phi-4-mini): no newline after the role tags */
 };
 
 /* How to format chat for one model: the family, its variant, the special
@@ -60,6 +66,8 @@ typedef struct {
     bool has_default_system;   /* default_system is written when the conversation has no system message */
     char default_system[1024];
     char unknown[160];         /* family NONE: why (the unknown template's first line, quoted) */
+    char today[32];            /* PKV_CHAT_DATE_TODAY: the date to write ("07 Mar 2025"); empty: the
+                                  local date when rendering, as strftime_now("%d %b %Y") */
 } pkv_chat_style;
 
 /* The family whose template text this is (llama.cpp's markers, extended to

@@ -162,6 +162,7 @@ static pkv_chat_family detect(text_span t, unsigned *flags) {
     if (has(t, "<|im_start|>")) {
         if (has(t, "<|im_sep|>")) return PKV_CHAT_PHI4;
         if (has(t, "<end_of_utterance>")) return PKV_CHAT_NONE; /* SmolVLM: <|im_start|> as BOS only */
+        if (has(t, "last_query_index") && has(t, "</think>")) *flags |= PKV_CHAT_QWEN3_THINK;
         return PKV_CHAT_CHATML;
     }
     if ((t.n >= 7 && !memcmp(t.s, "mistral", 7)) || has(t, "[INST]")) {
@@ -175,6 +176,7 @@ static pkv_chat_family detect(text_span t, unsigned *flags) {
     }
     if (has(t, "<|assistant|>") && has(t, "<|end|>")) {
         if (has(t, "message['role'] == 'system' and message['content']")) *flags |= PKV_CHAT_SKIP_EMPTY_SYSTEM;
+        if (has(t, "'|>' + message['content']")) *flags |= PKV_CHAT_COMPACT;
         return PKV_CHAT_PHI3;
     }
     if (has(t, "<|assistant|>") && has(t, "<|user|>")) {
@@ -192,7 +194,11 @@ static pkv_chat_family detect(text_span t, unsigned *flags) {
     if (has(t, "USER: ") && has(t, "ASSISTANT: ")) return has(t, "SYSTEM: ") ? PKV_CHAT_VICUNA_ORCA : PKV_CHAT_VICUNA;
     if (has(t, "### Instruction:") && has(t, "<|EOT|>")) return PKV_CHAT_DEEPSEEK;
     if (has(t, "<|START_OF_TURN_TOKEN|>") && has(t, "<|USER_TOKEN|>")) return PKV_CHAT_COMMAND_R;
-    if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) return PKV_CHAT_LLAMA3;
+    if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) {
+        if (has(t, "Cutting Knowledge Date")) *flags |= PKV_CHAT_DATE_HEADER;
+        if (has(t, "Cutting Knowledge Date") && has(t, "strftime_now")) *flags |= PKV_CHAT_DATE_TODAY;
+        return PKV_CHAT_LLAMA3;
+    }
     if (has(t, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") && has(t, "<\xef\xbd\x9cUser\xef\xbd\x9c>") &&
         has(t, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>")) {
         if (has(t, "ns.is_first_sp")) *flags |= PKV_CHAT_SYSTEM_JOIN;
