@@ -421,7 +421,7 @@ int cmd_eval(int argc, char **argv) {
         exit_code = EXIT_RUNTIME;
         goto done;
     }
-    if (a.chat < 0) a.chat = pkv_model_has_chat_template(model) ? 1 : 0;
+    if (a.chat < 0) a.chat = a.chat_template || pkv_model_has_chat_template(model) ? 1 : 0;
     /* rank 0 prepares the directory; everyone then reads what is done */
     int status = rk.rank == 0 ? (prepare_dir(&a, name, command, &plan) ? 1 : 0) : 0;
     if (ranks_max(status)) {

@@ -42,7 +42,7 @@ static const char EVAL_USAGE[] =
     "      --chat auto|on|off prompts in the model's chat template (auto: when the GGUF carries\n"
     "                         tokenizer.chat_template, as for instruct models)\n"
     "      --chat-template T  the chat format instead of the model's: a name (chatml, llama3, ...) or a\n"
-    "                         template text\n"
+    "                         template text (--chat auto is then on)\n"
     "      --agree-k K        generated tokens compared with the full cache (default 8, 0: off)\n"
     "      --seed S           base seed of the generators (default 0)\n"
     "  -o, --out DIR          output directory (default eval-out)\n"
