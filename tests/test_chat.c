@@ -101,7 +101,8 @@ TEST(chat_templates_vs_jinja) {
     REQUIRE_MSG(data, "chat/templates.ref missing");
     fixture_state *fs = calloc(1, sizeof *fs);
     REQUIRE(fs);
-    char case_name[64] = "", today[32] = "";
+    char case_name[64] = "";
+    long long now = 0;
     char *cursor = data, *line;
     while ((line = next_line(&cursor))) {
         if (line[0] == '#' || !line[0]) continue;
@@ -111,12 +112,12 @@ TEST(chat_templates_vs_jinja) {
             snprintf(fs->name, sizeof fs->name, "%s", f[1]);
             size_t len = unescape(f[3]);
             pkv_chat_family got = pkv_chat_detect_text(f[3], len, &fs->style);
-            snprintf(fs->style.today, sizeof fs->style.today, "%s", today); /* the date strftime_now gave */
+            fs->style.now = now; /* the instant strftime_now was given */
             CHECK_MSG(!strcmp(pkv_chat_family_name(got), f[2]), "%s: detected as %s, want %s", f[1],
                       pkv_chat_family_name(got), f[2]);
             fs->n_templates++;
         } else if (!strcmp(f[0], "D")) {
-            snprintf(today, sizeof today, "%s", f[1]);
+            now = atoll(f[1]);
         } else if (!strcmp(f[0], "B")) {
             unescape(f[1]);
             snprintf(fs->style.bos, sizeof fs->style.bos, "%s", f[1]);
@@ -138,9 +139,9 @@ TEST(chat_templates_vs_jinja) {
             check_case(fs, case_name, NULL);
         }
     }
-    /* 30 templates x 12 conversations (tools/make-chat-fixtures.py) */
-    CHECK_EQ_INT(fs->n_templates, 30);
-    CHECK_EQ_INT(fs->n_rendered + fs->n_raised, 30 * 12);
+    /* 34 templates x 12 conversations (tools/make-chat-fixtures.py) */
+    CHECK_EQ_INT(fs->n_templates, 34);
+    CHECK_EQ_INT(fs->n_rendered + fs->n_raised, 34 * 12);
     CHECK(fs->n_rendered >= 320 && fs->n_raised >= 30);
     free(fs);
     free(data);
@@ -197,7 +198,7 @@ TEST(chat_family_names) {
         CHECK_MSG(strstr(pkv_chat_family_list(), name) != NULL, "%s is not listed", name);
         n++;
     }
-    CHECK_EQ_INT(n, 21);
+    CHECK_EQ_INT(n, 22);
     CHECK_EQ_INT(pkv_chat_family_named("llama2-sys-strip", &st), PKV_CHAT_LLAMA2_SYS);
     CHECK_EQ_INT(pkv_chat_family_named("llama2-sys-bos", &st), PKV_CHAT_LLAMA2_SYS);
     CHECK_EQ_INT(pkv_chat_family_named("chatml2", &st), PKV_CHAT_NONE);
@@ -278,12 +279,21 @@ TEST(chat_detect_markers) {
     }
     /* an unknown template: its first non-blank line, quoted and cut */
     pkv_chat_detect_text("\n\n{% for m in messages %}{{ m.content }}\n{% endfor %}", 49, &st);
-    CHECK_STR(st.unknown, "\"{% for m in messages %}{{ m.content }}\"");
+    CHECK_STR(st.unknown, "first line \"{% for m in messages %}{{ m.content }}\"");
     char long_line[300];
     memset(long_line, 'x', sizeof long_line - 1);
     long_line[sizeof long_line - 1] = '\0';
     pkv_chat_detect_text(long_line, strlen(long_line), &st);
-    CHECK(strlen(st.unknown) < 110 && strstr(st.unknown, "...\"") != NULL);
+    CHECK(strlen(st.unknown) < 120 && strstr(st.unknown, "...\"") != NULL);
+    /* templates of known families that write a default system prompt their formatter does not: refused */
+    static const char small32[] = "{%- set default_system_message = 'You are Mistral Small 3' %}\n[SYSTEM_PROMPT] [INST]";
+    CHECK_EQ_INT(pkv_chat_detect_text(small32, strlen(small32), &st), PKV_CHAT_NONE);
+    CHECK_STR(st.unknown, "a mistral-v7 template with its own default system prompt (first line "
+                          "\"{%- set default_system_message = 'You are Mistra...\")");
+    static const char granite33[] = "{%- set system_message = \" Knowledge Cutoff Date: April 2024.\n Today's Date: \" "
+                                    "%}<|start_of_role|>";
+    CHECK_EQ_INT(pkv_chat_detect_text(granite33, strlen(granite33), &st), PKV_CHAT_NONE);
+    CHECK(strstr(st.unknown, "a granite template with its own default system prompt") == st.unknown);
 }
 
 typedef struct {
@@ -342,7 +352,8 @@ TEST(chat_style_for_model) {
     /* an unknown override: one line naming it and the formats */
     CHECK_EQ_INT(pkv_chat_style_for_model(&m.file, "qwen2", NULL, "my-format\nsecond line", &st, &err), -1);
     CHECK_EQ_INT(err.code, PKV_ERR_ARG);
-    CHECK(strstr(err.msg, "chat template \"my-format\" is not a format promptkv knows (names: chatml, ") == err.msg);
+    CHECK(strstr(err.msg, "chat template with first line \"my-format\" is not a format promptkv knows (names: chatml, ") ==
+          err.msg);
     CHECK(strchr(err.msg, '\n') == NULL);
     close_written(&m);
 
@@ -350,7 +361,7 @@ TEST(chat_style_for_model) {
     REQUIRE(gguf_with_template("{% for m in messages %}<|turn|>{{ m.content }}{% endfor %}", &m));
     REQUIRE(pkv_chat_style_for_model(&m.file, "llama", NULL, NULL, &st, &err) == 0);
     CHECK_EQ_INT(st.family, PKV_CHAT_NONE);
-    CHECK_STR(st.unknown, "\"{% for m in messages %}<|turn|>{{ m.content }}{% endfor %}\"");
+    CHECK_STR(st.unknown, "first line \"{% for m in messages %}<|turn|>{{ m.content }}{% endfor %}\"");
     close_written(&m);
 
     /* no template: the architecture decides (llama needs Llama 3's header token) */

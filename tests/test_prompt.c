@@ -99,6 +99,7 @@ static size_t detok(const pkv_model *m, const pkv_prompt_tokens *t, int from, in
 TEST(prompt_chat_every_family) {
     static const char *const families[] = {
         "chatml", "llama2", "llama2-sys", "llama3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
+        "mistral-v7-tekken",
         "phi3", "phi4", "gemma", "deepseek", "deepseek3", "command-r", "zephyr", "vicuna", "vicuna-orca", "openchat",
         "granite", "falcon3", "exaone3"};
     static const struct {

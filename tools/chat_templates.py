@@ -187,6 +187,78 @@ TEMPLATES = [
         ),
     },
     {
+        "key": 'qwq-32b',
+        "family": 'chatml',
+        "model": 'Qwen/QwQ-32B',
+        "source": "the GGUF of ollama's qwq:32b (huggingface.js ollama-utils)",
+        "bos": '',
+        "eos": '<|im_end|>',
+        "template": (
+            '{%- if tools %}\n'
+            "    {{- '<|im_start|>system\\n' }}\n"
+            "    {%- if messages[0]['role'] == 'system' %}\n"
+            "        {{- messages[0]['content'] }}\n"
+            '    {%- else %}\n'
+            "        {{- '' }}\n"
+            '    {%- endif %}\n'
+            '    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}\n'
+            '    {%- for tool in tools %}\n'
+            '        {{- "\\n" }}\n'
+            '        {{- tool | tojson }}\n'
+            '    {%- endfor %}\n'
+            '    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}\n'
+            '{%- else %}\n'
+            "    {%- if messages[0]['role'] == 'system' %}\n"
+            "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+            '  {%- endif %}\n'
+            '{%- endif %}\n'
+            '{%- for message in messages %}\n'
+            '    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}\n'
+            "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+            '    {%- elif message.role == "assistant" and not message.tool_calls %}\n'
+            '        {%- set content = message.content %}\n'
+            '        {%- if not loop.last %}\n'
+            "            {%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}\n"
+            '        {%- endif %}\n'
+            "        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}\n"
+            '    {%- elif message.role == "assistant" %}\n'
+            '        {%- set content = message.content %}\n'
+            '        {%- if not loop.last %}\n'
+            "            {%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}\n"
+            '        {%- endif %}\n'
+            "        {{- '<|im_start|>' + message.role }}\n"
+            '        {%- if message.content %}\n'
+            "            {{- '\\n' + content }}\n"
+            '        {%- endif %}\n'
+            '        {%- for tool_call in message.tool_calls %}\n'
+            '            {%- if tool_call.function is defined %}\n'
+            '                {%- set tool_call = tool_call.function %}\n'
+            '            {%- endif %}\n'
+            '            {{- \'\\n<tool_call>\\n{"name": "\' }}\n'
+            '            {{- tool_call.name }}\n'
+            '            {{- \'", "arguments": \' }}\n'
+            '            {{- tool_call.arguments | tojson }}\n'
+            "            {{- '}\\n</tool_call>' }}\n"
+            '        {%- endfor %}\n'
+            "        {{- '<|im_end|>\\n' }}\n"
+            '    {%- elif message.role == "tool" %}\n'
+            '        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}\n'
+            "            {{- '<|im_start|>user' }}\n"
+            '        {%- endif %}\n'
+            "        {{- '\\n<tool_response>\\n' }}\n"
+            '        {{- message.content }}\n'
+            "        {{- '\\n</tool_response>' }}\n"
+            '        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}\n'
+            "            {{- '<|im_end|>\\n' }}\n"
+            '        {%- endif %}\n'
+            '    {%- endif %}\n'
+            '{%- endfor %}\n'
+            '{%- if add_generation_prompt %}\n'
+            "    {{- '<|im_start|>assistant\\n<think>\\n' }}\n"
+            '{%- endif %}\n'
+        ),
+    },
+    {
         "key": 'mistral-7b-v0.2-old',
         "family": 'llama2',
         "model": 'mistralai/Mistral-7B-Instruct-v0.2 (before its v1 template)',
@@ -681,6 +753,17 @@ TEMPLATES = [
         ),
     },
     {
+        "key": 'mistral-small-24b-2501',
+        "family": 'mistral-v7-tekken',
+        "model": 'mistralai/Mistral-Small-24B-Instruct-2501',
+        "source": "the GGUF of ollama's mistral-small:24b (huggingface.js ollama-utils)",
+        "bos": '<s>',
+        "eos": '</s>',
+        "template": (
+            "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST]' + message['content'] + '[/INST]' }}{% elif message['role'] == 'system' %}{{ '[SYSTEM_PROMPT]' + message['content'] + '[/SYSTEM_PROMPT]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}{% else %}{{ raise_exception('Only user, system and assistant roles are supported!') }}{% endif %}{% endfor %}"
+        ),
+    },
+    {
         "key": 'phi-3.5-mini',
         "family": 'phi3',
         "model": 'microsoft/Phi-3.5-mini-instruct',
@@ -1030,6 +1113,157 @@ TEMPLATES = [
             '    {%- endif %}\n'
             '    {%- if loop.last and add_generation_prompt %}\n'
             "    {{- '<|start_of_role|>assistant<|end_of_role|>' }}\n"
+            '    {%- endif %}\n'
+            '{%- endfor %}'
+        ),
+    },
+    {
+        "key": 'granite-3.1',
+        "family": 'granite',
+        "model": 'ibm-granite/granite-3.1-1b-a400m-instruct',
+        "source": "the GGUF of ollama's granite3.1-moe:1b (huggingface.js ollama-utils)",
+        "bos": '<|end_of_text|>',
+        "eos": '<|end_of_text|>',
+        "template": (
+            "{%- if messages[0]['role'] == 'system' %}\n"
+            "    {%- set system_message = messages[0]['content'] %}\n"
+            '    {%- set loop_messages = messages[1:] %}\n'
+            '{%- else %}\n'
+            '    {%- set system_message = "Knowledge Cutoff Date: April 2024.\n'
+            'Today\'s Date: " + strftime_now(\'%B %d, %Y\') + ".\n'
+            'You are Granite, developed by IBM." %}\n'
+            '    {%- if tools and documents %}\n'
+            '        {%- set system_message = system_message + " You are a helpful AI assistant with access to the following tools. When a tool is required to answer the user\'s query, respond with <|tool_call|> followed by a JSON list of tools used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability to fulfill the request.\n'
+            '\n'
+            'Write the response to the user\'s input by strictly aligning with the facts in the provided documents. If the information needed to answer the question is not available in the documents, inform the user that the question cannot be answered based on the available data." %}\n'
+            '    {%- elif tools %}\n'
+            '        {%- set system_message = system_message + " You are a helpful AI assistant with access to the following tools. When a tool is required to answer the user\'s query, respond with <|tool_call|> followed by a JSON list of tools used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability to fulfill the request." %}\n'
+            '    {%- elif documents %}\n'
+            '        {%- set system_message = system_message + " Write the response to the user\'s input by strictly aligning with the facts in the provided documents. If the information needed to answer the question is not available in the documents, inform the user that the question cannot be answered based on the available data." %}\n'
+            '    {%- else %}\n'
+            '        {%- set system_message = system_message + " You are a helpful AI assistant." %}    \n'
+            '    {%- endif %}\n'
+            "    {%- if 'citations' in controls and documents %}\n"
+            "        {%- set system_message = system_message + '\n"
+            '\n'
+            "In your response, use the symbols <co> and </co> to indicate when a fact comes from a document in the search result, e.g <co>0</co> for a fact from document 0. Afterwards, list all the citations with their corresponding documents in an ordered list.' %}\n"
+            '    {%- endif %}\n'
+            "    {%- if 'hallucinations' in controls and documents %}\n"
+            "        {%- set system_message = system_message + '\n"
+            '\n'
+            "Finally, after the response is written, include a numbered list of sentences from the response that are potentially hallucinated and not based in the documents.' %}\n"
+            '    {%- endif %}\n'
+            '    {%- set loop_messages = messages %}\n'
+            '{%- endif %}\n'
+            "{{- '<|start_of_role|>system<|end_of_role|>' + system_message + '<|end_of_text|>\n"
+            "' }}\n"
+            '{%- if tools %}\n'
+            "    {{- '<|start_of_role|>tools<|end_of_role|>' }}\n"
+            '    {{- tools | tojson(indent=4) }}\n'
+            "    {{- '<|end_of_text|>\n"
+            "' }}\n"
+            '{%- endif %}\n'
+            '{%- if documents %}\n'
+            "    {{- '<|start_of_role|>documents<|end_of_role|>' }}\n"
+            '    {%- for document in documents %}\n'
+            "        {{- 'Document ' + loop.index0 | string + '\n"
+            "' }}\n"
+            "        {{- document['text'] }}\n"
+            '        {%- if not loop.last %}\n'
+            "            {{- '\n"
+            '\n'
+            "'}}\n"
+            '        {%- endif%}\n'
+            '    {%- endfor %}\n'
+            "    {{- '<|end_of_text|>\n"
+            "' }}\n"
+            '{%- endif %}\n'
+            '{%- for message in loop_messages %}\n'
+            "    {{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + '<|end_of_text|>\n"
+            "' }}\n"
+            '    {%- if loop.last and add_generation_prompt %}\n'
+            "        {{- '<|start_of_role|>assistant' }}\n"
+            '            {%- if controls %}\n'
+            "                {{- ' ' + controls | tojson()}}\n"
+            '            {%- endif %}\n'
+            "        {{- '<|end_of_role|>' }}\n"
+            '    {%- endif %}\n'
+            '{%- endfor %}'
+        ),
+    },
+    {
+        "key": 'granite-3.2',
+        "family": 'granite',
+        "model": 'ibm-granite/granite-3.2-8b-instruct',
+        "source": "the GGUF of ollama's granite3.2:8b (huggingface.js ollama-utils)",
+        "bos": '<|end_of_text|>',
+        "eos": '<|end_of_text|>',
+        "template": (
+            "{%- if messages[0]['role'] == 'system' %}\n"
+            "    {%- set system_message = messages[0]['content'] %}\n"
+            '    {%- set loop_messages = messages[1:] %}\n'
+            '{%- else %}\n'
+            '    {%- set system_message = "Knowledge Cutoff Date: April 2024.\n'
+            'Today\'s Date: " + strftime_now(\'%B %d, %Y\') + ".\n'
+            'You are Granite, developed by IBM." %}\n'
+            '    {%- if tools and documents %}\n'
+            '        {%- set system_message = system_message + " You are a helpful AI assistant with access to the following tools. When a tool is required to answer the user\'s query, respond with <|tool_call|> followed by a JSON list of tools used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability to fulfill the request.\n'
+            '\n'
+            'Write the response to the user\'s input by strictly aligning with the facts in the provided documents. If the information needed to answer the question is not available in the documents, inform the user that the question cannot be answered based on the available data." %}\n'
+            '    {%- elif tools %}\n'
+            '        {%- set system_message = system_message + " You are a helpful AI assistant with access to the following tools. When a tool is required to answer the user\'s query, respond with <|tool_call|> followed by a JSON list of tools used. If a tool does not exist in the provided list of tools, notify the user that you do not have the ability to fulfill the request." %}\n'
+            '    {%- elif documents %}\n'
+            '        {%- set system_message = system_message + " Write the response to the user\'s input by strictly aligning with the facts in the provided documents. If the information needed to answer the question is not available in the documents, inform the user that the question cannot be answered based on the available data." %}\n'
+            '    {%- elif thinking %}\n'
+            '    {%- set system_message = system_message + " You are a helpful AI assistant.\n'
+            'Respond to every user query in a comprehensive and detailed way. You can write down your thoughts and reasoning process before responding. In the thought process, engage in a comprehensive cycle of analysis, summarization, exploration, reassessment, reflection, backtracing, and iteration to develop well-considered thinking process. In the response section, based on various attempts, explorations, and reflections from the thoughts section, systematically present the final solution that you deem correct. The response should summarize the thought process. Write your thoughts after \'Here is my thought process:\' and write your response after \'Here is my response:\' for each user query." %}\n'
+            '    {%- else %}\n'
+            '        {%- set system_message = system_message + " You are a helpful AI assistant." %}    \n'
+            '    {%- endif %}\n'
+            "    {%- if 'citations' in controls and documents %}\n"
+            "        {%- set system_message = system_message + '\n"
+            '\n'
+            "In your response, use the symbols <co> and </co> to indicate when a fact comes from a document in the search result, e.g <co>0</co> for a fact from document 0. Afterwards, list all the citations with their corresponding documents in an ordered list.' %}\n"
+            '    {%- endif %}\n'
+            "    {%- if 'hallucinations' in controls and documents %}\n"
+            "        {%- set system_message = system_message + '\n"
+            '\n'
+            "Finally, after the response is written, include a numbered list of sentences from the response that are potentially hallucinated and not based in the documents.' %}\n"
+            '    {%- endif %}\n'
+            '    {%- set loop_messages = messages %}\n'
+            '{%- endif %}\n'
+            "{{- '<|start_of_role|>system<|end_of_role|>' + system_message + '<|end_of_text|>\n"
+            "' }}\n"
+            '{%- if tools %}\n'
+            "    {{- '<|start_of_role|>tools<|end_of_role|>' }}\n"
+            '    {{- tools | tojson(indent=4) }}\n'
+            "    {{- '<|end_of_text|>\n"
+            "' }}\n"
+            '{%- endif %}\n'
+            '{%- if documents %}\n'
+            "    {{- '<|start_of_role|>documents<|end_of_role|>' }}\n"
+            '    {%- for document in documents %}\n'
+            "        {{- 'Document ' + loop.index0 | string + '\n"
+            "' }}\n"
+            "        {{- document['text'] }}\n"
+            '        {%- if not loop.last %}\n'
+            "            {{- '\n"
+            '\n'
+            "'}}\n"
+            '        {%- endif%}\n'
+            '    {%- endfor %}\n'
+            "    {{- '<|end_of_text|>\n"
+            "' }}\n"
+            '{%- endif %}\n'
+            '{%- for message in loop_messages %}\n'
+            "    {{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + '<|end_of_text|>\n"
+            "' }}\n"
+            '    {%- if loop.last and add_generation_prompt %}\n'
+            "        {{- '<|start_of_role|>assistant' }}\n"
+            '            {%- if controls %}\n'
+            "                {{- ' ' + controls | tojson()}}\n"
+            '            {%- endif %}\n'
+            "        {{- '<|end_of_role|>' }}\n"
             '    {%- endif %}\n'
             '{%- endfor %}'
         ),

@@ -7,7 +7,8 @@ tools/chat_templates.py, with add_generation_prompt=True.
     tools/make-chat-fixtures.py [OUT_DIR]      (default tests/fixtures/chat; packages: tools/requirements.txt)
 
 File format, one record a line, fields separated by tabs, texts escaped as bytes (\\xNN, \\\\):
-    D <date>                      what strftime_now("%d %b %Y") gave (pinned, so the file does not change daily)
+    D <seconds> <date>            the instant strftime_now was given (seconds since 1970 UTC, pinned so the file
+                                  does not change daily) and its date
     T <key> <family> <template>   a template and the family promptkv must detect in it
     B <bos text>   O <eos text>   the tokenizer's BOS and EOS texts the template was rendered with
     C <case>                      a conversation follows
@@ -42,6 +43,7 @@ SYSTEM_SUFFIX = {
     "mistral-v3": "\n\n",
     "mistral-v3-tekken": "\n\n",
     "mistral-v7": "[/SYSTEM_PROMPT]",
+    "mistral-v7-tekken": "[/SYSTEM_PROMPT]",
     "phi3": "<|end|>\n",
     "phi4": "<|im_end|>",
     "gemma": "\n\n",
@@ -71,11 +73,16 @@ DEFAULT_SYSTEM = {
     "exaone-3.5": "",
     "llama-3.1": "",  # the header block with the dates is always written
     "llama-3.2": "",
+    "granite-3.1": "Knowledge Cutoff Date: April 2024.\nToday's Date: March 07, 2025.\nYou are Granite, developed by "
+                   "IBM. You are a helpful AI assistant.",
+    "granite-3.2": "Knowledge Cutoff Date: April 2024.\nToday's Date: March 07, 2025.\nYou are Granite, developed by "
+                   "IBM. You are a helpful AI assistant.",
 }
 
 # strftime_now returns this date's text: templates that print today's date (Llama 3.2) render the same
 # every day; the C test is given the same date.
 FIXED_NOW = datetime.datetime(2025, 3, 7, 12, 0, 0)
+FIXED_NOW_SECONDS = int(FIXED_NOW.replace(tzinfo=datetime.timezone.utc).timestamp())
 
 
 class _FixedClock(datetime.datetime):
@@ -158,7 +165,7 @@ def main():
         f.write(f"# chat renderings by transformers {transformers.__version__} render_jinja_template "
                 f"(jinja2 {jinja2.__version__}) of the templates in tools/chat_templates.py; "
                 "written by tools/make-chat-fixtures.py\n")
-        f.write(f"D\t{FIXED_NOW.strftime('%d %b %Y')}\n")
+        f.write(f"D\t{FIXED_NOW_SECONDS}\t{FIXED_NOW.strftime('%d %b %Y')}\n")
         for entry in TEMPLATES:
             f.write(f"T\t{entry['key']}\t{entry['family']}\t{esc_str(entry['template'])}\n")
             f.write(f"B\t{esc_str(entry['bos'])}\n")

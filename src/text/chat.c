@@ -92,6 +92,18 @@ static int put_stripped(chat_out *o, const char *const *parts, int n, size_t *he
 
 static void mark_system_end(chat_out *o) { o->system_end = o->n; }
 
+/* strftime_now(format) as HF's template helper gives it: the local date
+ * when rendering, or the style's fixed instant (tests) in UTC. */
+static int put_date(chat_out *o, const char *format) {
+    time_t now = o->st->now ? (time_t)o->st->now : time(NULL);
+    struct tm tm;
+    char text[64];
+    if (!(o->st->now ? gmtime_r(&now, &tm) : localtime_r(&now, &tm)) || !strftime(text, sizeof text, format, &tm))
+        return pkv_fail(o->err, PKV_ERR_INTERNAL, "chat (%s): no date for the template", pkv_chat_family_name(o->st->family));
+    put(o, text);
+    return 0;
+}
+
 static bool is_role(const pkv_chat_message *m, const char *role) { return !strcmp(m->role, role); }
 
 static int raise(chat_out *o, const char *message) {
@@ -210,6 +222,13 @@ static int render_qwen3(chat_out *o, const pkv_chat_message *m, int n) {
 static int render_chatml(chat_out *o, const pkv_chat_message *m, int n) {
     const pkv_chat_style *st = o->st;
     if (st->flags & PKV_CHAT_QWEN3_THINK) return render_qwen3(o, m, n);
+    bool qwq = st->flags & PKV_CHAT_QWQ_THINK;
+    if (qwq && is_role(&m[0], "system")) {
+        put(o, "<|im_start|>system\n");
+        put(o, m[0].content);
+        put(o, "<|im_end|>\n");
+        mark_system_end(o);
+    }
     for (int k = 0; k < n; k++) {
         if (k == 0 && st->has_default_system && !is_role(&m[0], "system")) {
             put(o, "<|im_start|>system\n");
@@ -217,14 +236,25 @@ static int render_chatml(chat_out *o, const pkv_chat_message *m, int n) {
             put(o, "<|im_end|>\n");
             mark_system_end(o);
         }
+        const char *c = m[k].content;
+        if (qwq && (is_role(&m[k], "tool") || !(is_role(&m[k], "user") || is_role(&m[k], "system") ||
+                                                 is_role(&m[k], "assistant"))))
+            return raise(o, "role not supported (QwQ renders system, user and assistant)");
+        if (qwq && is_role(&m[k], "system") && k == 0) continue; /* written in the header */
+        if (qwq && is_role(&m[k], "assistant") && k != n - 1) {
+            /* content.split('</think>')[-1].lstrip('\n') */
+            const char *after = last_of(c, strlen(c), "</think>");
+            if (after) c = after + strlen("</think>");
+            while (*c == '\n') c++;
+        }
         put(o, "<|im_start|>");
         put(o, m[k].role);
         put(o, "\n");
-        put(o, m[k].content);
+        put(o, c);
         put(o, "<|im_end|>\n");
         if (k == 0 && is_role(&m[0], "system")) mark_system_end(o);
     }
-    put(o, "<|im_start|>assistant\n");
+    put(o, qwq ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n");
     return 0;
 }
 
@@ -233,19 +263,11 @@ static int render_chatml(chat_out *o, const pkv_chat_message *m, int n) {
  * message's trimmed text; the other messages as Llama 3's. */
 static int render_llama31(chat_out *o, const pkv_chat_message *m, int n) {
     const pkv_chat_style *st = o->st;
-    char today[32] = "26 Jul 2024";
-    if ((st->flags & PKV_CHAT_DATE_TODAY) && st->today[0]) {
-        snprintf(today, sizeof today, "%s", st->today);
-    } else if (st->flags & PKV_CHAT_DATE_TODAY) {
-        time_t now = time(NULL);
-        struct tm tm;
-        if (!localtime_r(&now, &tm) || !strftime(today, sizeof today, "%d %b %Y", &tm))
-            return pkv_fail(o->err, PKV_ERR_INTERNAL, "chat (llama3): no local date for the template");
-    }
     bool has_system = is_role(&m[0], "system");
     put(o, st->bos);
     put(o, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
-    put(o, today);
+    if (!(st->flags & PKV_CHAT_DATE_TODAY)) put(o, "26 Jul 2024");
+    else if (put_date(o, "%d %b %Y")) return -1;
     put(o, "\n\n");
     if (has_system) put_trimmed(o, m[0].content);
     put(o, "<|eot_id|>");
@@ -371,8 +393,35 @@ static int render_falcon3(chat_out *o, const pkv_chat_message *m, int n) {
     return 0;
 }
 
+/* Granite 3.1, 3.2 (no tools, documents or thinking): a system block
+ * always, the template's default with today's date when there is no system
+ * message; then every message alike, the generation prompt after the last. */
+static int render_granite31(chat_out *o, const pkv_chat_message *m, int n) {
+    bool has_system = is_role(&m[0], "system");
+    put(o, "<|start_of_role|>system<|end_of_role|>");
+    if (has_system) {
+        put(o, m[0].content);
+    } else {
+        put(o, "Knowledge Cutoff Date: April 2024.\nToday's Date: ");
+        if (put_date(o, "%B %d, %Y")) return -1;
+        put(o, ".\nYou are Granite, developed by IBM. You are a helpful AI assistant.");
+    }
+    put(o, "<|end_of_text|>\n");
+    mark_system_end(o);
+    for (int k = has_system; k < n; k++) {
+        put(o, "<|start_of_role|>");
+        put(o, m[k].role);
+        put(o, "<|end_of_role|>");
+        put(o, m[k].content);
+        put(o, "<|end_of_text|>\n");
+        if (k == n - 1) put(o, "<|start_of_role|>assistant<|end_of_role|>");
+    }
+    return 0;
+}
+
 /* Granite 3.0: <|start_of_role|>ROLE<|end_of_role|>CONTENT<|end_of_text|>\n. */
 static int render_granite(chat_out *o, const pkv_chat_message *m, int n) {
+    if (o->st->flags & PKV_CHAT_GRANITE_DATE) return render_granite31(o, m, n);
     for (int k = 0; k < n; k++) {
         const char *r = m[k].role;
         if (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") || !strcmp(r, "tool_response")) {
@@ -644,21 +693,24 @@ static int render_mistral_v3(chat_out *o, const pkv_chat_message *m, int n) {
     return 0;
 }
 
-/* Mistral v7: system prompts anywhere, in their own block. */
+/* Mistral v7: system prompts anywhere, in their own block; v7-tekken
+ * (Mistral Small 3) without the spaces after the tags and before the
+ * assistant's text. */
 static int render_mistral_v7(chat_out *o, const pkv_chat_message *m, int n) {
+    bool tekken = o->st->family == PKV_CHAT_MISTRAL_V7_TEKKEN;
     put(o, o->st->bos);
     for (int k = 0; k < n; k++) {
         if (is_role(&m[k], "user")) {
-            put(o, "[INST] ");
+            put(o, tekken ? "[INST]" : "[INST] ");
             put(o, m[k].content);
             put(o, "[/INST]");
         } else if (is_role(&m[k], "system")) {
-            put(o, "[SYSTEM_PROMPT] ");
+            put(o, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] ");
             put(o, m[k].content);
             put(o, "[/SYSTEM_PROMPT]");
             if (k == 0) mark_system_end(o);
         } else if (is_role(&m[k], "assistant")) {
-            put(o, " ");
+            if (!tekken) put(o, " ");
             put(o, m[k].content);
             put(o, o->st->eos);
         } else {
@@ -733,6 +785,7 @@ static const render_fn RENDER[PKV_CHAT_N_FAMILIES] = {
     [PKV_CHAT_MISTRAL_V3] = render_mistral_v3,
     [PKV_CHAT_MISTRAL_V3_TEKKEN] = render_mistral_v3,
     [PKV_CHAT_MISTRAL_V7] = render_mistral_v7,
+    [PKV_CHAT_MISTRAL_V7_TEKKEN] = render_mistral_v7,
     [PKV_CHAT_PHI3] = render_phi3,
     [PKV_CHAT_PHI4] = render_phi4,
     [PKV_CHAT_GEMMA] = render_gemma,

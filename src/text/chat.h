@@ -23,6 +23,7 @@ typedef enum {
     PKV_CHAT_MISTRAL_V3,        /* "[INST] ... [/INST]", the system prompt in the last turn */
     PKV_CHAT_MISTRAL_V3_TEKKEN, /* "[INST]...[/INST]" (Mistral Nemo) */
     PKV_CHAT_MISTRAL_V7,        /* [SYSTEM_PROMPT] ... [/SYSTEM_PROMPT][INST] ... [/INST] */
+    PKV_CHAT_MISTRAL_V7_TEKKEN, /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST] (Mistral Small 3) */
     PKV_CHAT_PHI3,              /* <|user|>\n ... <|end|>\n */
     PKV_CHAT_PHI4,              /* <|im_start|>user<|im_sep|> ... <|im_end|> */
     PKV_CHAT_GEMMA,             /* <start_of_turn>user\n ... <end_of_turn>\n */
@@ -54,6 +55,9 @@ enum {
     PKV_CHAT_QWEN3_THINK = 1u << 7,       /* chatml (Qwen3): earlier turns lose their reasoning, an assistant
                                               turn after the last user message gets a <think> block */
     PKV_CHAT_COMPACT = 1u << 8,           /* phi3 (Phi-4-mini): no newline after the role tags */
+    PKV_CHAT_QWQ_THINK = 1u << 9,         /* chatml (QwQ): earlier assistant turns lose their reasoning, the
+                                              generation prompt opens <think>\n */
+    PKV_CHAT_GRANITE_DATE = 1u << 10,     /* granite (3.1, 3.2): a default system prompt with today's date */
 };
 
 /* How to format chat for one model: the family, its variant, the special
@@ -66,8 +70,8 @@ typedef struct {
     bool has_default_system;   /* default_system is written when the conversation has no system message */
     char default_system[1024];
     char unknown[160];         /* family NONE: why (the unknown template's first line, quoted) */
-    char today[32];            /* PKV_CHAT_DATE_TODAY: the date to write ("07 Mar 2025"); empty: the
-                                  local date when rendering, as strftime_now("%d %b %Y") */
+    long long now;             /* templates that write today's date (strftime_now): 0, the local date
+                                  when rendering (HF's datetime.now()); else this instant's UTC date */
 } pkv_chat_style;
 
 /* The family whose template text this is (llama.cpp's markers, extended to

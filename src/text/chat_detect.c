@@ -41,6 +41,7 @@ static const char *const NAMES[PKV_CHAT_N_FAMILIES] = {
     [PKV_CHAT_MISTRAL_V3] = "mistral-v3",
     [PKV_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
     [PKV_CHAT_MISTRAL_V7] = "mistral-v7",
+    [PKV_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
     [PKV_CHAT_PHI3] = "phi3",
     [PKV_CHAT_PHI4] = "phi4",
     [PKV_CHAT_GEMMA] = "gemma",
@@ -61,8 +62,8 @@ const char *pkv_chat_family_name(pkv_chat_family family) {
 }
 
 const char *pkv_chat_family_list(void) {
-    return "chatml, llama2, llama2-sys, llama3, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, phi3, phi4, "
-           "gemma, deepseek, deepseek3, command-r, zephyr, vicuna, vicuna-orca, openchat, granite, falcon3, exaone3";
+    return "chatml, llama2, llama2-sys, llama3, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, "
+           "mistral-v7-tekken, phi3, phi4, gemma, deepseek, deepseek3, command-r, zephyr, vicuna, vicuna-orca, openchat, granite, falcon3, exaone3";
 }
 
 /* The default system prompt the family's checked template writes (DeepSeek
@@ -158,15 +159,29 @@ static void deepseek_default_system(text_span t, pkv_chat_style *st) {
 
 /* ---------------------------------------------------------------- detection */
 
-static pkv_chat_family detect(text_span t, unsigned *flags) {
+/* A template of a known family that writes what its family's formatter does
+ * not (a default system prompt of its own): refused with *why set, rather
+ * than rendered otherwise than the template renders. */
+static pkv_chat_family refuse(const char **why, const char *reason) {
+    *why = reason;
+    return PKV_CHAT_NONE;
+}
+
+static pkv_chat_family detect(text_span t, unsigned *flags, const char **why) {
     if (has(t, "<|im_start|>")) {
         if (has(t, "<|im_sep|>")) return PKV_CHAT_PHI4;
         if (has(t, "<end_of_utterance>")) return PKV_CHAT_NONE; /* SmolVLM: <|im_start|> as BOS only */
         if (has(t, "last_query_index") && has(t, "</think>")) *flags |= PKV_CHAT_QWEN3_THINK;
+        else if (has(t, "split('</think>')[-1].lstrip('\\n')") && has(t, "assistant\\n<think>\\n"))
+            *flags |= PKV_CHAT_QWQ_THINK;
         return PKV_CHAT_CHATML;
     }
     if ((t.n >= 7 && !memcmp(t.s, "mistral", 7)) || has(t, "[INST]")) {
-        if (has(t, "[SYSTEM_PROMPT]")) return PKV_CHAT_MISTRAL_V7;
+        if (has(t, "[SYSTEM_PROMPT]")) {
+            if (has(t, "default_system_message")) /* Mistral Small 3.1, 3.2, Devstral */
+                return refuse(why, "a mistral-v7 template with its own default system prompt");
+            return has(t, "[INST] ") ? PKV_CHAT_MISTRAL_V7 : PKV_CHAT_MISTRAL_V7_TEKKEN;
+        }
         if (has(t, "' [INST] ' + system_message") || has(t, "[AVAILABLE_TOOLS]")) {
             if (has(t, " [INST]")) return PKV_CHAT_MISTRAL_V1;
             if (has(t, "\"[INST]\"")) return PKV_CHAT_MISTRAL_V3_TEKKEN;
@@ -208,14 +223,22 @@ static pkv_chat_family detect(text_span t, unsigned *flags) {
     }
     if (has(t, "[|system|]") && has(t, "[|assistant|]") && has(t, "[|endofturn|]"))
         return has(t, "[|tool|]") ? PKV_CHAT_NONE : PKV_CHAT_EXAONE3; /* EXAONE 4 is another format */
-    if (has(t, "<|start_of_role|>")) return PKV_CHAT_GRANITE;
+    if (has(t, "<|start_of_role|>")) {
+        if (has(t, "set system_message = \"Knowledge Cutoff Date: April 2024.\nToday's Date: \"") &&
+            has(t, "You are Granite, developed by IBM.\""))
+            *flags |= PKV_CHAT_GRANITE_DATE; /* 3.1, 3.2 */
+        else if (has(t, "Knowledge Cutoff Date") || has(t, "set system_message = 'You are"))
+            return refuse(why, "a granite template with its own default system prompt"); /* 3.3, 4.0 350M */
+        return PKV_CHAT_GRANITE;
+    }
     return PKV_CHAT_NONE;
 }
 
 pkv_chat_family pkv_chat_detect_text(const char *tmpl, size_t len, pkv_chat_style *st) {
     memset(st, 0, sizeof *st);
     text_span t = {tmpl, tmpl ? len : 0};
-    st->family = detect(t, &st->flags);
+    const char *why = NULL;
+    st->family = detect(t, &st->flags, &why);
     if (st->family == PKV_CHAT_CHATML) chatml_default_system(t, st);
     if (st->family == PKV_CHAT_DEEPSEEK) deepseek_default_system(t, st);
     if (st->family == PKV_CHAT_EXAONE3) set_default_system(st, "");
@@ -226,7 +249,11 @@ pkv_chat_family pkv_chat_detect_text(const char *tmpl, size_t len, pkv_chat_styl
         size_t e = b;
         while (e < t.n && t.s[e] != '\n' && t.s[e] != '\r') e++;
         int shown = e - b > 96 ? 96 : (int)(e - b);
-        snprintf(st->unknown, sizeof st->unknown, "\"%.*s%s\"", shown, t.s + b, e - b > 96 ? "..." : "");
+        if (why)
+            snprintf(st->unknown, sizeof st->unknown, "%s (first line \"%.*s%s\")", why, shown > 48 ? 48 : shown,
+                     t.s + b, e - b > 48 ? "..." : "");
+        else
+            snprintf(st->unknown, sizeof st->unknown, "first line \"%.*s%s\"", shown, t.s + b, e - b > 96 ? "..." : "");
     }
     return st->family;
 }
@@ -293,7 +320,7 @@ int pkv_chat_style_for_model(const gguf_file *f, const char *arch, const pkv_tok
     if (override) {
         if (pkv_chat_family_named(override, st) == PKV_CHAT_NONE &&
             pkv_chat_detect_text(override, strlen(override), st) == PKV_CHAT_NONE)
-            return pkv_fail(err, PKV_ERR_ARG, "chat template %s is not a format promptkv knows (names: %s)",
+            return pkv_fail(err, PKV_ERR_ARG, "chat template with %s is not a format promptkv knows (names: %s)",
                             st->unknown, pkv_chat_family_list());
     } else if (f && gguf_get_str(f, "tokenizer.chat_template", &tmpl, &miss) == 0) {
         pkv_chat_detect_text(tmpl.ptr, tmpl.len, st);
