@@ -201,13 +201,13 @@ expect_out demo_sliding_layers 'full attention \(pressed\): 1 of 6; the other 5 
     demo tests/fixtures/models/tiny-gemma3-f32.gguf CHAT=off
 
 # chat formats (docs/engine.md §4.7): a name or a template text with --chat-template, the template in the file
-expect chat_template_unknown 1 'chat template with first line "nonsense" is not a format promptkv knows \(names: chatml, ' -- \
+expect chat_template_unknown 1 'chat template \(first line "nonsense"\) is not a format promptkv knows \(names: chatml, ' -- \
     "$bin" run -m "$tiny" -p hi --chat --chat-template nonsense
 expect chat_no_format 1 "has no chat template and no known chat format; name one \(--chat-template\)" -- \
     "$bin" run -m "$tiny" -p hi --chat
 "$edit" "$tiny" "$tmp/unknown-template.gguf" --set tokenizer.chat_template str \
     $'{% for m in messages %}<|turn|>{{ m.content }}\n{% endfor %}'
-expect chat_gguf_unknown_template 1 'its chat template, first line "\{% for m in messages %\}<\|turn\|>\{\{ m.content \}\}", is not' -- \
+expect chat_gguf_unknown_template 1 'its chat template \(first line "\{% for m in messages %\}<\|turn\|>\{\{ m.content \}\}"\) is not' -- \
     "$bin" run -m "$tmp/unknown-template.gguf" -p hi --chat
 expect chat_template_override_run 0 '^prompt tokens: +[0-9]+' -- \
     "$bin" run -m "$tmp/unknown-template.gguf" -p hi --chat --chat-template gemma -n 1

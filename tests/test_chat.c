@@ -288,8 +288,8 @@ TEST(chat_detect_markers) {
     /* templates of known families that write a default system prompt their formatter does not: refused */
     static const char small32[] = "{%- set default_system_message = 'You are Mistral Small 3' %}\n[SYSTEM_PROMPT] [INST]";
     CHECK_EQ_INT(pkv_chat_detect_text(small32, strlen(small32), &st), PKV_CHAT_NONE);
-    CHECK_STR(st.unknown, "a mistral-v7 template with its own default system prompt (first line "
-                          "\"{%- set default_system_message = 'You are Mistra...\")");
+    CHECK_STR(st.unknown, "a mistral-v7 template with its own default system prompt, first line "
+                          "\"{%- set default_system_message = 'You are Mistra...\"");
     static const char granite33[] = "{%- set system_message = \" Knowledge Cutoff Date: April 2024.\n Today's Date: \" "
                                     "%}<|start_of_role|>";
     CHECK_EQ_INT(pkv_chat_detect_text(granite33, strlen(granite33), &st), PKV_CHAT_NONE);
@@ -352,7 +352,7 @@ TEST(chat_style_for_model) {
     /* an unknown override: one line naming it and the formats */
     CHECK_EQ_INT(pkv_chat_style_for_model(&m.file, "qwen2", NULL, "my-format\nsecond line", &st, &err), -1);
     CHECK_EQ_INT(err.code, PKV_ERR_ARG);
-    CHECK(strstr(err.msg, "chat template with first line \"my-format\" is not a format promptkv knows (names: chatml, ") ==
+    CHECK(strstr(err.msg, "chat template (first line \"my-format\") is not a format promptkv knows (names: chatml, ") ==
           err.msg);
     CHECK(strchr(err.msg, '\n') == NULL);
     close_written(&m);

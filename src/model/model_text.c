@@ -49,7 +49,7 @@ int pkv_chat_format(const pkv_model *m, const pkv_chat_message *messages, int n_
     if (m->chat.family == PKV_CHAT_NONE) {
         if (m->chat.unknown[0])
             return pkv_fail(err, PKV_ERR_UNSUPPORTED,
-                            "model '%s': its chat template, %s, is not a format promptkv knows; name one "
+                            "model '%s': its chat template (%s) is not a format promptkv knows; name one "
                             "(--chat-template): %s",
                             m->name, m->chat.unknown, pkv_chat_family_list());
         return pkv_fail(err, PKV_ERR_UNSUPPORTED,

@@ -250,7 +250,7 @@ pkv_chat_family pkv_chat_detect_text(const char *tmpl, size_t len, pkv_chat_styl
         while (e < t.n && t.s[e] != '\n' && t.s[e] != '\r') e++;
         int shown = e - b > 96 ? 96 : (int)(e - b);
         if (why)
-            snprintf(st->unknown, sizeof st->unknown, "%s (first line \"%.*s%s\")", why, shown > 48 ? 48 : shown,
+            snprintf(st->unknown, sizeof st->unknown, "%s, first line \"%.*s%s\"", why, shown > 48 ? 48 : shown,
                      t.s + b, e - b > 48 ? "..." : "");
         else
             snprintf(st->unknown, sizeof st->unknown, "first line \"%.*s%s\"", shown, t.s + b, e - b > 96 ? "..." : "");
@@ -320,7 +320,7 @@ int pkv_chat_style_for_model(const gguf_file *f, const char *arch, const pkv_tok
     if (override) {
         if (pkv_chat_family_named(override, st) == PKV_CHAT_NONE &&
             pkv_chat_detect_text(override, strlen(override), st) == PKV_CHAT_NONE)
-            return pkv_fail(err, PKV_ERR_ARG, "chat template with %s is not a format promptkv knows (names: %s)",
+            return pkv_fail(err, PKV_ERR_ARG, "chat template (%s) is not a format promptkv knows (names: %s)",
                             st->unknown, pkv_chat_family_list());
     } else if (f && gguf_get_str(f, "tokenizer.chat_template", &tmpl, &miss) == 0) {
         pkv_chat_detect_text(tmpl.ptr, tmpl.len, st);
