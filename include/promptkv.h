@@ -176,10 +176,10 @@ const char *pkv_model_chat_format(const pkv_model *model);
  * template renders [system,] user = context + question and the assistant's
  * generation prompt; the template's text after the question (end of turn,
  * assistant header) goes with the answer prefix. A template that trims the
- * user's content (Gemma, Llama 3) trims the context's start and the
- * question's end here too. */
+ * user's content (Gemma, Llama 3, Command R) trims the context's start and
+ * the question's end here too (Llama 2 chat's first turn: the end only). */
 typedef struct {
-    const char *system;        /* NULL: none (chat only; ChatML then renders its default system prompt) */
+    const char *system;        /* NULL: none (chat only; a template with a default one, as Qwen's, renders it) */
     const char *context;
     const char *question;      /* NULL or "": none */
     const char *answer_prefix; /* NULL or "": none */
