@@ -64,6 +64,8 @@ int cmd_info(int argc, char **argv) {
                mi.n_ctx_orig);
     else
         printf("rope scaling:   %s\n", mi.rope_scaling);
+    printf("chat format:    %s%s\n", pkv_model_chat_format(m),
+           pkv_model_has_chat_template(m) ? " (from tokenizer.chat_template)" : "");
     printf("simd:           %s\n", pkv_simd_name(pkv_simd_detect()));
 
     /* tensor types: count and bytes per type */

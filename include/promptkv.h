@@ -58,6 +58,10 @@ typedef struct pkv_model pkv_model;
 
 typedef struct {
     pkv_simd simd; /* PKV_SIMD_AUTO unless forced (tests, benchmarks) */
+    /* NULL: the chat format from tokenizer.chat_template (else the
+     * architecture); or a format's name ("chatml", "llama3", "mistral-v7",
+     * ...) or a template text to detect it in; unknown fails the load. */
+    const char *chat_template;
 } pkv_load_opts;
 
 pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error *err);
@@ -147,10 +151,11 @@ bool pkv_token_add_bos(const pkv_model *model);
 bool pkv_token_is_eog(const pkv_model *model, int32_t token);
 int pkv_n_vocab(const pkv_model *model);
 
-/* Chat formatting: render messages with the model's chat family (Gemma,
- * Llama 3, ChatML) and a generation prompt for the assistant. The template
- * is chosen from tokenizer.chat_template when present, else from the
- * architecture. The text starts with the BOS text where the family's
+/* Chat formatting: render messages as the model's chat template does, with
+ * a generation prompt for the assistant. The format (chatml, llama2,
+ * llama3, mistral, phi, gemma, deepseek, command-r, ... docs/engine.md §4.7)
+ * is the load option's, else detected in tokenizer.chat_template, else
+ * chosen by the architecture. The text starts with the BOS text where the family's
  * template does: tokenize it with add_special = false, parse_special = true.
  * Returns the full length (excluding NUL; the buffer holds a truncated copy
  * if it was too small) or -1. system_end (may be NULL) receives the byte
@@ -166,6 +171,8 @@ int pkv_chat_format(const pkv_model *model, const pkv_chat_message *messages, in
 /* True when the file carries tokenizer.chat_template (an instruct model:
  * front ends apply the chat format by default). */
 bool pkv_model_has_chat_template(const pkv_model *model);
+/* The chat format's name ("chatml", "llama3", ...; "none"). */
+const char *pkv_model_chat_format(const pkv_model *model);
 
 /* ---------------------------------------------------------------- prompts */
 
@@ -175,10 +182,10 @@ bool pkv_model_has_chat_template(const pkv_model *model);
  * template renders [system,] user = context + question and the assistant's
  * generation prompt; the template's text after the question (end of turn,
  * assistant header) goes with the answer prefix. A template that trims the
- * user's content (Gemma, Llama 3) trims the context's start and the
- * question's end here too. */
+ * user's content (Gemma, Llama 3, Command R) trims the context's start and
+ * the question's end here too (Llama 2 chat's first turn: the end only). */
 typedef struct {
-    const char *system;        /* NULL: none (chat only; ChatML then renders its default system prompt) */
+    const char *system;        /* NULL: none (chat only; a template with a default one, as Qwen's, renders it) */
     const char *context;
     const char *question;      /* NULL or "": none */
     const char *answer_prefix; /* NULL or "": none */

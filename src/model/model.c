@@ -443,9 +443,10 @@ pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error
     model->tok = pkv_tokenizer_load(&model->file, err);
     if (!model->tok) goto fail;
     if (bind_weights(model, err)) goto fail;
-    model->chat = pkv_chat_detect(&model->file, model->arch_name);
+    if (pkv_chat_style_for_model(&model->file, model->arch_name, model->tok, opts ? opts->chat_template : NULL,
+                                 &model->chat, err))
+        goto fail;
     model->has_chat_template = gguf_find_kv(&model->file, "tokenizer.chat_template") != NULL;
-    model->has_chat_system = pkv_chat_default_system(&model->file, model->chat_system, sizeof model->chat_system);
     model->kern = pkv_kernels_get(opts ? opts->simd : PKV_SIMD_AUTO);
     return model;
 fail:

@@ -66,10 +66,8 @@ struct pkv_model {
     pkv_tensor rope_long, rope_short; /* optional (phi3 LongRoPE) */
     pkv_layer_weights *layers;
     pkv_tokenizer *tok;
-    pkv_chat_family chat;
+    pkv_chat_style chat;        /* the chat format (text/chat.h) */
     bool has_chat_template;     /* tokenizer.chat_template is present */
-    bool has_chat_system;       /* chat_system holds the template's default system prompt */
-    char chat_system[256];
     const pkv_kernels *kern;
     uint64_t n_params;
     uint64_t weight_bytes;
