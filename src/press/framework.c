@@ -54,7 +54,7 @@ void pkv_press_window_attention(const pkv_press_input *in, int h, int first_quer
         for (int j0 = 0; j0 < most; j0 += KEY_TILE) {
             int j1 = j0 + KEY_TILE < most ? j0 + KEY_TILE : most;
             for (int r = r0; r < r1; r++) {
-                const float *q = in->q_window + ((size_t)h * in->window + r) * dim;
+                const float *q = pkv_press_query(in, h, r);
                 float *zr = z + (size_t)(r - r0) * n;
                 int end = j1 < visible[r - r0] ? j1 : visible[r - r0];
                 for (int j = j0; j < end; j++) zr[j] = k->dot_f32(dim, q, keys + (size_t)j * dim) * in->attn_scale;
@@ -114,13 +114,6 @@ static bool in_protected(const pkv_press_cfg *cfg, int32_t pos) {
     return false;
 }
 
-/* The layer schedule runs over the pressed layers when the caller says which
- * they are (full-attention layers only, D.6). */
-static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int n_rows) {
-    if (in->n_press_layers > 0) return pkv_press_layer_budget(cfg, in->press_layer, in->n_press_layers, n_rows);
-    return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
-}
-
 /* The observer sees a run when it times steps, or watches this layer's clusters. */
 static bool observed(const pkv_press_observer *o, bool reports_clusters, int layer) {
     return o->step || (reports_clusters && o->clusters && (o->layer < 0 || o->layer == layer));
@@ -144,14 +137,10 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pk
     if (!sel->budget || !sel->scores || !sel->forced || !sel->keep || !sel->n_keep)
         return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
 
-    bool any_compress = false;
-    for (int s = 0; s < ns; s++) {
-        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
-        sel->budget[s] = layer_budget(cfg, in, n);
-        if (sel->budget[s] < n) any_compress = true;
-    }
+    int compress = pkv_press_head_budgets(cfg, in, sel, err);
+    if (compress < 0) return -1;
     /* S0 gate (A.4): a head whose rows fit the budget keeps them all */
-    if (!any_compress) {
+    if (!compress) {
         for (int s = 0; s < ns; s++) {
             int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
             int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
@@ -163,17 +152,10 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pk
         return 0;
     }
 
-    int forced_window = ops->forced_window ? ops->forced_window(cfg->params, cfg->window) : 0;
-    /* a schedule may leave a layer nothing but its window (PyramidKV's min can be 0) */
-    bool scheduled = cfg->layer_budget != PKV_LAYER_BUDGET_UNIFORM || cfg->head_budget != PKV_HEAD_BUDGET_UNIFORM;
+    int forced_window = pkv_press_forced_window(cfg);
     for (int s = 0; s < ns; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
-        if (sel->budget[s] < n && (scheduled ? sel->budget[s] < forced_window : sel->budget[s] <= forced_window))
-            return pkv_fail(err, PKV_ERR_ARG,
-                            "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
-                            "lower the ratio",
-                            in->layer, sel->budget[s], forced_window);
         sel->scores[s] = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
         sel->forced[s] = pkv_arena_alloc(in->arena, (size_t)n + 1);
         if (!sel->scores[s] || !sel->forced[s])
