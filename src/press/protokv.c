@@ -39,7 +39,7 @@
  * framework's (press/budget.c); with head_budget=adaptive the heads share the
  * layer's slots by the per-row votes of step 7.
  */
-#include "press/protokv.h"
+#include "press/protokv_steps.h"
 
 #include <math.h>
 #include <stddef.h>
