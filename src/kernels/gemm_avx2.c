@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 #include "kernels/simd_x86.h"
 
 enum { ROWS = PKV_GEMM_ROWS, KC = PKV_GEMM_KC_Q, NB32 = PKV_GEMM_KC_Q / 32, NB256 = PKV_GEMM_KC_Q / 256 };

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 #include "kernels/simd_x86.h"
 
 #pragma GCC target("avx512vnni")

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/quant.h"
+#include "kernels/table.h"
 
 static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -297,7 +297,7 @@ static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
     for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
 }
 
-/* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,
+/* Batched matmul output (table.h pkv_gemm_args): 8 tokens x n_rows values,
  * one vector per row (t[r] = row r of tokens tok0..tok0+7), to acc or, on
  * the last chunk, transposed into y. */
 static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int h, __m256 v[8]) {

@@ -10,6 +10,7 @@
 #include "kernels/f16.h"
 #include "kernels/levels.h"
 #include "kernels/simd_x86.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ float helpers */
 

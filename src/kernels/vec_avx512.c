@@ -10,10 +10,11 @@
 
 #include "kernels/levels.h"
 #include "kernels/simd_x86.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ attention blocks */
 
-/* quant.h att_scores: 8 queries at a time, one 16-key vector each; the query
+/* table.h att_scores: 8 queries at a time, one 16-key vector each; the query
  * element is a broadcast memory operand of the FMA. */
 void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, float *s) {
     int i = 0;
@@ -46,7 +47,7 @@ static void accum_cols(int i0, int i1, int e0, int dv, const float *p, const flo
         }
 }
 
-/* quant.h att_accum: 4 queries x 64 value dimensions per pass, so each value
+/* table.h att_accum: 4 queries x 64 value dimensions per pass, so each value
  * vector loaded serves 4 queries. */
 void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
     const int e64 = dv & ~63;
