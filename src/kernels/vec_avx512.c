@@ -5,7 +5,6 @@
  * the rest of that table's float kernels is the AVX2 code.
  */
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
 #include "kernels/levels.h"
@@ -37,16 +36,6 @@ void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, floa
     }
 }
 
-/* Columns [e0, dv) of queries [i0, i1), element by element (quant.c order). */
-static void accum_cols(int i0, int i1, int e0, int dv, const float *p, const float *alpha, const float *vt, float *o) {
-    for (int i = i0; i < i1; i++)
-        for (int e = e0; e < dv; e++) {
-            float x = o[(size_t)i * dv + e] * alpha[i];
-            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
-            o[(size_t)i * dv + e] = x;
-        }
-}
-
 /* table.h att_accum: 4 queries x 64 value dimensions per pass, so each value
  * vector loaded serves 4 queries. */
 void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
@@ -75,7 +64,7 @@ void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, co
             for (int a = 0; a < 4; a++)
                 for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)(i + a) * dv + e + 16 * c, x[a][c]);
         }
-        accum_cols(i, i + 4, e64, dv, p, alpha, vt, o);
+        att_accum_cols(i, i + 4, e64, dv, p, alpha, vt, o);
     }
     for (; i < nq; i++) {
         const __m512 al = _mm512_set1_ps(alpha[i]);
@@ -88,6 +77,6 @@ void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, co
             }
             for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)i * dv + e + 16 * c, x[c]);
         }
-        accum_cols(i, i + 1, e64, dv, p, alpha, vt, o);
+        att_accum_cols(i, i + 1, e64, dv, p, alpha, vt, o);
     }
 }

@@ -157,19 +157,6 @@ int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, 
 
 /* ---------------------------------------------------------------- AdaKV */
 
-typedef struct {
-    float score;
-    int32_t head;
-} head_score;
-
-/* score descending; ties to the lower head (then any order: counts only) */
-static int cmp_head_score(const void *a, const void *b) {
-    const head_score *x = a, *y = b;
-    float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
-    if (sx != sy) return sx > sy ? -1 : 1;
-    return (x->head > y->head) - (x->head < y->head);
-}
-
 /*
  * AdaKVCluster.update_kv: with base capacity B per head (prefix rows), take
  * the top H*B scores over all heads of the layer; head h holding n_h of them
@@ -194,21 +181,22 @@ int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_pres
         total_cand += n_cand[s];
     }
     if (total_free >= total_cand) return 0; /* nothing to share: every head keeps all it has */
-    head_score *all = pkv_arena_alloc(in->arena, (size_t)(total_cand + 1) * sizeof *all);
+    pkv_press_ranked *all = pkv_arena_alloc(in->arena, (size_t)(total_cand + 1) * sizeof *all);
     if (!all) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
     long k = 0;
     for (int s = 0; s < ns; s++) {
         int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
         for (int j = 0; j < n; j++)
-            if (!sel->forced[s][j]) all[k++] = (head_score){sel->scores[s][j], s};
+            if (!sel->forced[s][j]) all[k++] = (pkv_press_ranked){sel->scores[s][j], s};
     }
-    qsort(all, (size_t)total_cand, sizeof *all, cmp_head_score);
+    /* score descending, ties to the lower head (then any order: counts only) */
+    qsort(all, (size_t)total_cand, sizeof *all, pkv_press_cmp_ranked);
     long base = total_free / ns;
     int floor_rows = (int)((double)base * alpha); /* Python int(): truncation */
     float keep_share = (float)(1.0 - alpha);
     int *n_top = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *n_top);
     if (!n_top) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
-    for (long i = 0; i < total_free; i++) n_top[all[i].head]++;
+    for (long i = 0; i < total_free; i++) n_top[all[i].idx]++;
     for (int s = 0; s < ns; s++) {
         int cap = (int)rintf((float)n_top[s] * keep_share + (float)floor_rows);
         if (cap > n_cand[s]) cap = n_cand[s];

@@ -10,16 +10,8 @@
 
 /* out[j] += softmax(logits)[j] over the visible rows, fp32 exp, double sum (A.4 S3-S4) */
 static void softmax_accumulate(float *logits, int visible, float *out) {
-    float mx = -INFINITY;
-    for (int j = 0; j < visible; j++)
-        if (logits[j] > mx) mx = logits[j];
-    double sum = 0.0;
-    for (int j = 0; j < visible; j++) {
-        logits[j] = expf(logits[j] - mx);
-        sum += logits[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < visible; j++) out[j] += logits[j] * inv;
+    pkv_softmax(logits, visible);
+    for (int j = 0; j < visible; j++) out[j] += logits[j];
 }
 
 /* rows visible to the window query r (rows are in ascending position: a prefix) */
@@ -66,17 +58,11 @@ void pkv_press_window_attention(const pkv_press_input *in, int h, int first_quer
 
 /* ---------------------------------------------------------------- top-k */
 
-typedef struct {
-    float score;
-    int32_t row;
-} ranked;
-
-/* score descending, ties to the lower row (= lower position); NaN ranks last */
-static int cmp_ranked(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
+int pkv_press_cmp_ranked(const void *a, const void *b) {
+    const pkv_press_ranked *x = a, *y = b;
     float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
     if (sx != sy) return sx > sy ? -1 : 1;
-    return (x->row > y->row) - (x->row < y->row);
+    return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
 int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
@@ -87,16 +73,16 @@ int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_erro
         int n_forced = 0;
         for (int j = 0; j < n; j++) n_forced += forced[j];
         int want = sel->budget[s] - n_forced;
-        ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
+        pkv_press_ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
         bool *take = pkv_arena_alloc(in->arena, (size_t)n + 1);
         int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
         if (!cand || !take || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
         int n_cand = 0;
         for (int j = 0; j < n; j++)
-            if (!forced[j]) cand[n_cand++] = (ranked){sel->scores[s][j], j};
-        if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked);
+            if (!forced[j]) cand[n_cand++] = (pkv_press_ranked){sel->scores[s][j], j};
+        if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, pkv_press_cmp_ranked);
         if (want > n_cand) want = n_cand;
-        for (int i = 0; i < want; i++) take[cand[i].row] = true;
+        for (int i = 0; i < want; i++) take[cand[i].idx] = true;
         int m = 0;
         for (int j = 0; j < n; j++)
             if (forced[j] || take[j]) keep[m++] = j;

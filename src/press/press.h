@@ -209,6 +209,14 @@ int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, 
  * sel->scores, sel->forced and sel->budget. press/budget.c. */
 int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
+/* A row (or a head) ranked by its score; pkv_press_cmp_ranked orders them
+ * for qsort: score descending, ties to the lower index, NaN last. */
+typedef struct {
+    float score;
+    int32_t idx;
+} pkv_press_ranked;
+int pkv_press_cmp_ranked(const void *a, const void *b);
+
 /* The shared top-k: for each selection head, keep the forced rows and the
  * best-scored others (score descending, ties to the lower position) up to the
  * budget; output ascending. */
