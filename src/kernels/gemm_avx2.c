@@ -210,7 +210,7 @@ void pkv_gemm_q6_K_avx2(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q6_K);
 static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args *a, bool f16) {
     float st[ROWS][PKV_GEMM_KC_F];
     const int64_t n = a->k1 - a->k0;
-    gemm_stage_float(a, f16, st);
+    gemm_stage_float(a, f16 ? pkv_f16_to_f32_avx2 : NULL, st);
     for (int g = 0; g < a->n_groups; g++) {
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;
         const float *x0 = (const float *)((const uint8_t *)a->act + (size_t)g * a->group_bytes) + a->k0 * PKV_GEMM_TOK;

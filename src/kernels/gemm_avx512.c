@@ -231,7 +231,7 @@ void pkv_gemm_q6_K_avx512(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q6_K
 static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args *a, bool f16) {
     float st[ROWS][PKV_GEMM_KC_F];
     const int64_t n = a->k1 - a->k0;
-    gemm_stage_float(a, f16, st);
+    gemm_stage_float(a, f16 ? pkv_f16_to_f32_avx2 : NULL, st);
     for (int g = 0; g < a->n_groups; g++) {
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;
         __m512 c[ROWS];

@@ -17,7 +17,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/levels.h"
 #include "kernels/table.h"
 
 static inline float hsum_ps(__m256 v) {
@@ -322,8 +321,10 @@ static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int
 
 /* The float weights' batched matmul (gemm_float of gemm_avx2.c and
  * gemm_avx512.c) reads its PKV_GEMM_ROWS weight rows of the K chunk as f32:
- * F16 rows converted, rows past n_rows zero. */
-static inline void gemm_stage_float(const pkv_gemm_args *a, bool f16, float st[PKV_GEMM_ROWS][PKV_GEMM_KC_F]) {
+ * F16 rows converted by f16_to_f32 (the caller's level's; NULL for F32
+ * rows), rows past n_rows zero. */
+static inline void gemm_stage_float(const pkv_gemm_args *a, void (*f16_to_f32)(const uint16_t *, float *, int64_t),
+                                    float st[PKV_GEMM_ROWS][PKV_GEMM_KC_F]) {
     const int64_t n = a->k1 - a->k0;
     for (int r = 0; r < PKV_GEMM_ROWS; r++) {
         if (r >= a->n_rows) {
@@ -331,7 +332,7 @@ static inline void gemm_stage_float(const pkv_gemm_args *a, bool f16, float st[P
             continue;
         }
         const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
-        if (f16) pkv_f16_to_f32_avx2((const uint16_t *)row + a->k0, st[r], n);
+        if (f16_to_f32) f16_to_f32((const uint16_t *)row + a->k0, st[r], n);
         else memcpy(st[r], (const float *)row + a->k0, (size_t)n * sizeof(float));
     }
 }
