@@ -1,7 +1,9 @@
 /*
  * The press registry and the configuration API: presses are found by name,
  * options are "key=value" strings shared by the CLI, the evaluation and the
- * server. A new press is one file in press/ and one line in PRESSES.
+ * server. A new press is one file in press/ and one line in PRESSES. Whether
+ * a configuration's budget words fit together (pkv_press_cfg_check) is
+ * budget.c's, with every other budget rule.
  */
 #include <math.h>
 #include <stddef.h>
