@@ -16,7 +16,7 @@ static const char RUN_USAGE[] =
     "Reads the prompt, prefills it, and streams the completion to stdout.\n"
     "Statistics (prompt tokens, prefill and decode tok/s, KV-cache bytes) go to stderr.\n"
     "\n"
-    "  -m, --model PATH      GGUF model (llama, qwen2, gemma3)\n"
+    "  -m, --model PATH      GGUF model (llama, qwen2, qwen3, gemma3, phi3)\n"
     "  -p, --prompt TEXT     prompt text\n"
     "  -f, --file PATH       read the prompt from a file\n"
     "  -n, --n-predict N     tokens to generate (default 128; stops earlier at end of generation)\n"

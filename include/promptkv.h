@@ -64,7 +64,7 @@ pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error
 void pkv_model_free(pkv_model *model);
 
 typedef struct {
-    const char *arch;      /* general.architecture: "llama", "qwen2", "gemma3" */
+    const char *arch;      /* general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3" */
     const char *name;      /* general.name, or "" */
     int n_vocab;
     int n_ctx_train;
@@ -79,9 +79,15 @@ typedef struct {
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all tensors */
     const char *tokenizer; /* "spm" or "bpe" */
+    const char *rope_scaling; /* "none", "linear" or "longrope" (long factors when n_ctx > n_ctx_orig) */
+    int n_ctx_orig;        /* rope.scaling.original_context_length, else n_ctx_train */
 } pkv_model_info;
 
 void pkv_model_get_info(const pkv_model *model, pkv_model_info *info);
+
+/* The architectures (general.architecture values) the engine runs, for
+ * i = 0, 1, ...; NULL past the last. */
+const char *pkv_supported_arch(int i);
 
 /* The tensors of the file, for inspection (promptkv info). */
 typedef struct {

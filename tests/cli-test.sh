@@ -114,7 +114,15 @@ expect bos_outside_vocabulary 1 "tokenizer.ggml.bos_token_id = 512 is outside th
     "$bin" info "$tmp/bos.gguf"
 
 # crafted bad files (tools/make-bad-fixtures.py)
-expect unknown_arch 1 "unsupported architecture 'mamba'" -- "$bin" info tests/fixtures/bad/unknown-arch.gguf
+expect unknown_arch 1 "unsupported architecture 'mamba' \(supported: llama, qwen2, qwen3, gemma3, phi3\)" -- \
+    "$bin" info tests/fixtures/bad/unknown-arch.gguf
+expect_out info_lists_architectures 'Supported architectures \(general.architecture\): llama, qwen2, qwen3, gemma3, phi3' \
+    -- "$bin" info --help
+expect_out info_longrope 'rope scaling: +longrope, original context 32' -- \
+    "$bin" info tests/fixtures/models/tiny-phi3-su-f32.gguf
+# YaRN (Qwen3's long-context files) is refused naming the key and the value
+"$edit" tests/fixtures/models/tiny-qwen3-f32.gguf "$tmp/yarn.gguf" --set qwen3.rope.scaling.type str yarn
+expect yarn_refused 1 "key qwen3.rope.scaling.type = 'yarn' is not supported" -- "$bin" info "$tmp/yarn.gguf"
 expect unknown_quant_type 1 "type" -- "$bin" info tests/fixtures/bad/unknown-type.gguf
 expect absurd_dimension 1 "dim" -- "$bin" info tests/fixtures/bad/absurd-dim.gguf
 

@@ -653,6 +653,45 @@ TEST(tok_spm_vs_sentencepiece) {
     unload_vocab(&v);
 }
 
+/* The vocabularies of the Qwen3 and Phi-3 fixture models (written by
+ * tools/make-model-fixtures.py as the converter writes them) against the
+ * reference tokenizers on the same vocabularies: HF tokenizers for Qwen3's
+ * byte-level BPE, whose <think> and </think> are user-defined tokens that
+ * split out of any text; sentencepiece for Phi-3's SPM, with its added
+ * control tokens, [PAD] padding and no BOS. */
+TEST(tok_qwen3_vocab_vs_hf) {
+    loaded_vocab v;
+    REQUIRE(load_vocab(FIXTURE("models/tiny-qwen3-f32.gguf"), &v));
+    CHECK_EQ_INT(pkv_tokenizer_kind(v.tok), PKV_TOK_BPE);
+    CHECK(!pkv_tokenizer_add_bos(v.tok));
+    CHECK(check_ids_fixture(v.tok, FIXTURE("models/tiny-qwen3.tok")) >= 16);
+    int32_t think = pkv_tokenizer_find(v.tok, "<think>");
+    CHECK(think >= 0 && pkv_tokenizer_type(v.tok, think) == PKV_TOKTYPE_USER_DEFINED);
+    CHECK(!pkv_tokenizer_is_eog(v.tok, think));
+    CHECK(pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|im_end|>")));
+    CHECK_EQ_INT(pkv_tokenizer_eos(v.tok), pkv_tokenizer_find(v.tok, "<|im_end|>"));
+    unload_vocab(&v);
+}
+
+TEST(tok_phi3_vocab_vs_sentencepiece) {
+    loaded_vocab v;
+    REQUIRE(load_vocab(FIXTURE("models/tiny-phi3-f32.gguf"), &v));
+    CHECK_EQ_INT(pkv_tokenizer_kind(v.tok), PKV_TOK_SPM);
+    CHECK(!pkv_tokenizer_add_bos(v.tok));
+    CHECK(check_ids_fixture(v.tok, FIXTURE("models/tiny-phi3.tok")) >= 12);
+    /* <|end|> ends a turn, as <|endoftext|> (the EOS) does */
+    CHECK(pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|end|>")));
+    CHECK(pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|endoftext|>")));
+    CHECK(!pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|user|>")));
+    CHECK_EQ_INT(pkv_tokenizer_type(v.tok, pkv_tokenizer_find(v.tok, "[PAD511]")), PKV_TOKTYPE_UNUSED);
+    /* with parse_special the control tokens are one id each */
+    int32_t ids[16];
+    pkv_error err = {0};
+    int n = pkv_tokenizer_encode(v.tok, "<|user|>", 8, false, true, ids, 16, &err);
+    CHECK(n == 1 && ids[0] == pkv_tokenizer_find(v.tok, "<|user|>"));
+    unload_vocab(&v);
+}
+
 /* Decoding the ids of any text gives the text back (byte-level BPE loses
  * nothing; special tokens rendered). */
 static void check_round_trip(const pkv_tokenizer *tok, const char *text) {
