@@ -125,9 +125,9 @@ static int add_task(eval_args *a, const pkv_eval_task *t) {
     return 0;
 }
 
-static int parse_tasks(eval_args *a, const char *s) {
+static int parse_tasks(eval_args *a, const char *flag, const char *s) {
     char items[MAX_LIST][96];
-    int n = split_list("eval", "--tasks", s, items, MAX_LIST);
+    int n = split_list("eval", flag, s, items, MAX_LIST);
     if (n < 0) return -1;
     a->n_tasks = 0;
     for (int i = 0; i < n; i++) {
@@ -207,9 +207,9 @@ static int parse_press_item(eval_args *a, const char *item) {
     return 0;
 }
 
-static int parse_presses(eval_args *a, const char *s) {
+static int parse_presses(eval_args *a, const char *flag, const char *s) {
     char items[MAX_LIST][96];
-    int n = split_list("eval", "--press", s, items, MAX_LIST);
+    int n = split_list("eval", flag, s, items, MAX_LIST);
     if (n < 0) return -1;
     a->n_presses = 0;
     for (int i = 0; i < n; i++)
@@ -218,9 +218,9 @@ static int parse_presses(eval_args *a, const char *s) {
 }
 
 /* --ratio-presses: names only; that each one is in --press is checked once all flags are read. */
-static int parse_ratio_presses(eval_args *a, const char *s) {
+static int parse_ratio_presses(eval_args *a, const char *flag, const char *s) {
     char items[MAX_LIST][96];
-    int n = split_list("eval", "--ratio-presses", s, items, MAX_LIST);
+    int n = split_list("eval", flag, s, items, MAX_LIST);
     if (n < 0) return -1;
     for (int i = 0; i < n; i++) snprintf(a->ratio_presses[i], sizeof a->ratio_presses[0], "%.31s", items[i]);
     a->n_ratio_presses = n;
@@ -374,21 +374,24 @@ static int parse_chat(eval_args *a, const char *f, const char *v) {
     return 0;
 }
 
-static int parse_tasks_flag(eval_args *a, const char *f, const char *v) { return parse_tasks(a, v); }
-static int parse_presses_flag(eval_args *a, const char *f, const char *v) { return parse_presses(a, v); }
-static int parse_ratio_presses_flag(eval_args *a, const char *f, const char *v) { return parse_ratio_presses(a, v); }
-
 static const struct {
     const char *flag;
     int (*parse)(eval_args *a, const char *flag, const char *value);
 } LIST_FLAGS[] = {
-    {"--tasks", parse_tasks_flag},     {"--lengths", parse_lengths},
-    {"--niah-lengths", parse_grid_lengths}, {"--niah-depths", parse_grid_depths},
-    {"--press", parse_presses_flag},   {"--budgets", parse_budgets},
-    {"--ratios", parse_ratios},        {"--ratio-presses", parse_ratio_presses_flag},
-    {"--mode", parse_modes},           {"--window", parse_window},
-    {"--kernel", parse_press_flag},    {"--pool", parse_press_flag},
-    {"--press-opt", parse_press_opt},  {"--chat", parse_chat},
+    {"--tasks", parse_tasks},
+    {"--lengths", parse_lengths},
+    {"--niah-lengths", parse_grid_lengths},
+    {"--niah-depths", parse_grid_depths},
+    {"--press", parse_presses},
+    {"--budgets", parse_budgets},
+    {"--ratios", parse_ratios},
+    {"--ratio-presses", parse_ratio_presses},
+    {"--mode", parse_modes},
+    {"--window", parse_window},
+    {"--kernel", parse_press_flag},
+    {"--pool", parse_press_flag},
+    {"--press-opt", parse_press_opt},
+    {"--chat", parse_chat},
 };
 
 /* cli_parse_command's extra: --list-tasks, and the flags of LIST_FLAGS. */
@@ -412,7 +415,7 @@ int eval_parse_args(int argc, char **argv, eval_args *a) {
     int rc = cli_parse_command(cmd, EVAL_USAGE, false, NULL, NULL, EVAL_FLAGS, a, list_flag, false, argc, argv);
     if (rc) return rc;
     /* --tasks leaves at least one task */
-    if (!a->n_tasks && parse_tasks(a, "tier1")) return -1;
+    if (!a->n_tasks && parse_tasks(a, "--tasks", "tier1")) return -1;
     if (!a->model_path && !a->report_only) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;
