@@ -102,19 +102,6 @@ void pkv_probe_capture(pkv_layer_probe *p, const pkv_hparams *hp, const float *q
     }
 }
 
-/* The window queries the press reads: the newest `window` of those the probe
- * kept ([n_head][window][head_dim_k]), in the arena when fewer than all. */
-static const float *window_queries(const pkv_layer_probe *probe, const pkv_hparams *hp, int window, pkv_arena *arena) {
-    if (window >= probe->window) return probe->q;
-    float *sub = pkv_arena_alloc(arena, (size_t)hp->n_head * window * hp->head_dim_k * sizeof(float));
-    if (!sub) return NULL;
-    for (int h = 0; h < hp->n_head; h++)
-        memcpy(sub + (size_t)h * window * hp->head_dim_k,
-               probe->q + ((size_t)h * probe->window + probe->window - window) * hp->head_dim_k,
-               (size_t)window * hp->head_dim_k * sizeof(float));
-    return sub;
-}
-
 /* The rows of layer il's KV heads as the press reads them: counts, positions,
  * f32 keys (and values when asked), and for attention-sum presses the number
  * of the call's queries that could see each row (causal). */
@@ -194,11 +181,11 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
                         "layer %d already holds one head per query head; recompressing it is not supported", il);
     if (ops->needs_attn_sum && !probe->acc_rows)
         return pkv_fail(err, PKV_ERR_ARG, "press %s needs attention sums that this prefill did not keep", ops->name);
-    /* the press window: the newest queries of those kept */
+    /* the press window: the newest queries of those kept, read in place */
+    if (probe->window < 1) return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d: the prefill kept no window queries", il);
     int window = cfg->window < probe->window ? cfg->window : probe->window;
     if (window < 1) window = 1;
-    const float *q = window_queries(probe, hp, window, &s->arena);
-    if (!q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+    int first = probe->window - window;
     layer_rows rows;
     if (gather_rows(s, probe, ops, il, &rows, err)) return -1;
     int press_layer, n_press_layers;
@@ -214,8 +201,9 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
         .head_dim_v = pkv_kvcache_head_dim_v(c, il),
         .attn_scale = hp->attn_scale,
         .window = window,
-        .q_window = q,
-        .q_pos = probe->q_pos + (probe->window - window),
+        .q_window = probe->q + (size_t)first * hp->head_dim_k,
+        .q_head_rows = probe->window,
+        .q_pos = probe->q_pos + first,
         .n_rows = rows.n_rows,
         .keys = rows.keys,
         .values = ops->needs_values ? rows.values : NULL,

@@ -6,10 +6,10 @@
 /* ---------------------------------------------------------------- matmul
  *
  * Two paths. With few tokens (decode) each weight row is dotted with each
- * activation row by the fused vec_dot kernels (quant.h), rows handed out to
+ * activation row by the fused vec_dot kernels (table.h), rows handed out to
  * threads in chunks: the weights stream through once, which is all a
  * memory-bound matrix-vector product can do. With more tokens (prefill) the
- * batched kernels take 8 rows x 16 tokens at a time (quant.h "batched
+ * batched kernels take 8 rows x 16 tokens at a time (table.h "batched
  * matmul"): the activations are packed once, the output is cut into tiles of
  * (a panel of token groups, 8 rows), and each tile runs over K in chunks that
  * keep the unpacked rows in L1 and the panel in L2.
