@@ -159,12 +159,12 @@ int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool befor
     const pkv_model *m = s->model;
     for (int il = 0; il < m->hp.n_layer; il++)
         if (!pkv_layer_is_full(m, il))
-            return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+            return pkv_fail(err, PKV_ERR_ARG, /* the request's choice: a server answers 400 */
                             "%s: layer %d attends over a sliding window, which the reconstruction passes would push "
                             "the context out of (kvpress refuses Gemma 3 too)",
                             press->ops->name, il);
     if (before_prefill && s->n_pos != 0)
-        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+        return pkv_fail(err, PKV_ERR_ARG,
                         "%s presses a session's first prefill only (this one holds %d tokens already)",
                         press->ops->name, s->n_pos);
     return 0;

@@ -6,8 +6,7 @@
  * moved to the next n_future_positions positions by the mean RoPE rotation R
  * over them: mu' = R mu, S' = R S R^T. A row j after the sinks then expects,
  * per query head, the logit z_j = k_j.mu' / sqrt(d) + k_j^T S' k_j / (2d) (the
- * log of E[exp(q.k / sqrt(d))] for a Gaussian q, without the 1/sqrt(d) inside
- * the quadratic term, as kvpress writes it), softmax over the rows after the
+ * log of E[exp(q.k / sqrt(d))] for q ~ N(mu', S')), softmax over the rows after the
  * sinks, mean over the query heads of the KV head, then (score + epsilon) *
  * |v_j|. The first n_sink rows are always kept.
  */

@@ -49,36 +49,58 @@ static int kvzip_n_sink(const void *p) { return ((const kvzip_params *)p)->n_sin
 
 typedef struct {
     const pkv_press_recon_batch *b;
-    float *scratch;        /* [threads][n_keys] */
-    float *best;           /* [n_head][n_chunk] max over the batch's queries */
     int n_keys;
+    float *scratch;        /* per thread: queries transposed [head_dim][BK], logits [n_keys][BK] */
+    size_t scratch_floats;
+    float *best;           /* [n_head][n_chunk] max over the batch's queries */
 } batch_job;
 
 /* Query head h: for every query of the batch, softmax over the sinks, the
- * chunk and the pass's rows it can see (fp32 logits, double sum), and the
- * largest probability each chunk row receives. */
+ * chunk and the pass's rows it can see (f32 exp, as kvpress's softmax), and
+ * the largest probability each chunk row receives. PKV_ATT_BK queries at a
+ * time: the attention kernel's score block with the keys as its rows and
+ * the queries (scaled, transposed) as its columns gives s[key][query]. */
 static void score_head(void *arg, int64_t item, int thread) {
+    enum { BK = PKV_ATT_BK };
     batch_job *j = arg;
     const pkv_press_recon_batch *b = j->b;
     int h = (int)item, g = h / (b->n_head / b->n_head_kv), d = b->head_dim;
-    const float *keys = b->keys[g];
     const pkv_kernels *k = b->comp->kern;
-    float *z = j->scratch + (size_t)thread * j->n_keys, *best = j->best + (size_t)h * b->n_chunk;
+    float *qt = j->scratch + (size_t)thread * j->scratch_floats, *s = qt + (size_t)d * BK;
+    float *best = j->best + (size_t)h * b->n_chunk;
     float scale = (float)(1.0 / sqrt((double)d)); /* kvpress: / sqrt(head_dim) */
     for (int c = 0; c < b->n_chunk; c++) best[c] = 0.0f;
-    for (int t = 0; t < b->n_query; t++) {
-        const float *q = b->q + ((size_t)t * b->n_head + h) * d;
-        int visible = b->n_sink + b->n_chunk + b->first_query + t + 1;
-        float mx = -INFINITY;
-        for (int r = 0; r < visible; r++) {
-            z[r] = k->dot_f32(d, q, keys + (size_t)r * d) * scale;
-            if (z[r] > mx) mx = z[r];
-        }
-        double sum = 0.0;
-        for (int r = 0; r < visible; r++) sum += exp((double)z[r] - mx);
+    int before = b->n_sink + b->n_chunk + b->first_query; /* keys every query of the batch sees */
+    for (int t0 = 0; t0 < b->n_query; t0 += BK) {
+        int nq = b->n_query - t0 < BK ? b->n_query - t0 : BK;
+        for (int e = 0; e < d; e++)
+            for (int i = 0; i < BK; i++)
+                qt[e * BK + i] = i < nq ? b->q[((size_t)(t0 + i) * b->n_head + h) * d + e] * scale : 0.0f;
+        int first_new = before + t0, most = first_new + nq; /* query i sees keys [0, first_new + i] */
+        k->att_scores(most, d, b->keys[g], qt, s);
+        float mx[BK];
+        for (int i = 0; i < BK; i++) mx[i] = -INFINITY;
+        for (int r = 0; r < first_new; r++) /* every query sees these */
+            for (int i = 0; i < BK; i++) mx[i] = s[(size_t)r * BK + i] > mx[i] ? s[(size_t)r * BK + i] : mx[i];
+        for (int r = first_new; r < most; r++) /* the block's own rows: causal */
+            for (int i = r - first_new; i < BK; i++) mx[i] = s[(size_t)r * BK + i] > mx[i] ? s[(size_t)r * BK + i] : mx[i];
+        for (int i = nq; i < BK; i++) mx[i] = 0.0f;
+        for (int r = 0; r < most; r++)
+            for (int i = 0; i < BK; i++) s[(size_t)r * BK + i] -= mx[i];
+        k->exp_f32((int64_t)most * BK, s, s);
+        double sum[BK] = {0};
+        for (int r = 0; r < first_new; r++)
+            for (int i = 0; i < BK; i++) sum[i] += s[(size_t)r * BK + i];
+        for (int r = first_new; r < most; r++)
+            for (int i = r - first_new; i < BK; i++) sum[i] += s[(size_t)r * BK + i];
+        float inv[BK];
+        for (int i = 0; i < BK; i++) inv[i] = i < nq ? (float)(1.0 / sum[i]) : 0.0f;
         for (int c = 0; c < b->n_chunk; c++) {
-            float pr = (float)(exp((double)z[b->n_sink + c] - mx) / sum);
-            if (pr > best[c]) best[c] = pr;
+            const float *row = s + (size_t)(b->n_sink + c) * BK;
+            for (int i = 0; i < nq; i++) {
+                float pr = row[i] * inv[i];
+                if (pr > best[c]) best[c] = pr;
+            }
         }
     }
 }
@@ -87,7 +109,8 @@ static int kvzip_score_batch(const void *p, const pkv_press_recon_batch *b, pkv_
     (void)p;
     int threads = pkv_pool_size(b->comp->pool);
     batch_job j = {.b = b, .n_keys = b->n_sink + b->n_chunk + b->first_query + b->n_query};
-    j.scratch = pkv_arena_alloc(b->arena, (size_t)(threads > 0 ? threads : 1) * j.n_keys * sizeof(float));
+    j.scratch_floats = (size_t)(b->head_dim + j.n_keys) * PKV_ATT_BK;
+    j.scratch = pkv_arena_alloc(b->arena, (size_t)(threads > 0 ? threads : 1) * j.scratch_floats * sizeof(float));
     j.best = pkv_arena_alloc(b->arena, (size_t)b->n_head * b->n_chunk * sizeof(float) + 4);
     if (!j.scratch || !j.best) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d's pass", b->layer);
     pkv_pool_for(b->comp->pool, b->n_head, score_head, &j);
