@@ -204,7 +204,7 @@ TEST(qa_kvzip_chat_prefix_goes_first) {
 }
 
 /* What KVzip refuses, each in one clear line: sliding-window layers, a
- * later prefill (recompress), a pass past the context length. */
+ * later prefill (recompress), a pass past the model's trained positions. */
 TEST(qa_kvzip_refusals) {
     pkv_error err;
     int32_t toks[64];
@@ -229,7 +229,8 @@ TEST(qa_kvzip_refusals) {
     so.n_ctx = 80;
     s = pkv_session_new(m, &so, &err);
     REQUIRE(s);
-    CHECK(pkv_prefill(s, toks, 64, cfg, NULL, &err) == -1 && strstr(err.msg, "context length 80"));
+    /* the pass may reach the model's trained 128 positions, not past them */
+    CHECK(pkv_prefill(s, toks, 64, cfg, NULL, &err) == -1 && strstr(err.msg, "exceeds the context length 128"));
     pkv_session_free(s);
     pkv_press_cfg_free(cfg);
     pkv_model_free(m);

@@ -216,10 +216,14 @@ static int run_passes(pkv_session *s, const int32_t *tokens, int n, const pkv_co
             if (add_tokens(&pass, tokens + start - ov, ov, err)) goto done;
         }
         if (add_tokens(&pass, suffix.ids, suffix.n, err) || add_tokens(&pass, tokens + start, len, err)) goto done;
-        if ((int64_t)n + pass.n > s->opts.n_ctx) {
+        /* the pass is the press's own work, gone afterwards: it may use the
+         * model's trained positions beyond a smaller session context */
+        int limit = s->opts.n_ctx > s->model->hp.n_ctx_train ? s->opts.n_ctx : s->model->hp.n_ctx_train;
+        if ((int64_t)n + pass.n > limit) {
             pkv_fail(err, PKV_ERR_LIMIT,
-                     "%s: a reconstruction pass of %d tokens after the %d of the prompt exceeds the context length %d",
-                     press->ops->name, pass.n, n, s->opts.n_ctx);
+                     "%s: a reconstruction pass of %d tokens after the %d of the prompt exceeds the context length %d "
+                     "(the session's %d or the model's trained %d); lower chunk_size",
+                     press->ops->name, pass.n, n, limit, s->opts.n_ctx, s->model->hp.n_ctx_train);
             goto done;
         }
         r->n_sink = n_sink < start ? n_sink : start;
