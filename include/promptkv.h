@@ -257,6 +257,9 @@ bool pkv_press_cfg_needs_query_stats(const pkv_press_cfg *cfg); /* keep_query_st
 
 /* The registry, for help texts: i = 0, 1, ... until false. */
 bool pkv_press_list(int i, const char **name, const char **summary);
+/* True for a press that feeds the context through the model again after the
+ * prefill (kvzip: about twice a prefill's work). */
+bool pkv_press_reconstructs(const char *press);
 /* Options of a press (the common ones first); press may be NULL. */
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help);
 

@@ -214,8 +214,8 @@ static int kvzip_select(const void *pp, const pkv_press_input *in, pkv_press_sel
 
 const pkv_press_ops pkv_press_kvzip = {
     .name = "kvzip",
-    .summary = "KVzip: the attention each row gets while the model repeats the context (~2x prefill, no question "
-               "needed)",
+    .summary = "KVzip: the attention each row gets while the model repeats the context (prefills again; no "
+               "question needed)",
     .options = KVZIP_OPTIONS,
     .params_size = sizeof(kvzip_params),
     .defaults = kvzip_defaults,

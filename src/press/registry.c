@@ -87,6 +87,11 @@ bool pkv_press_list(int i, const char **name, const char **summary) {
     return true;
 }
 
+bool pkv_press_reconstructs(const char *press) {
+    const pkv_press_ops *ops = press ? pkv_press_find(press) : NULL;
+    return ops && ops->recon;
+}
+
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help) {
     int n_common = 0;
     while (COMMON_OPTIONS[n_common].key) n_common++;
