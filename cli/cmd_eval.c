@@ -450,8 +450,11 @@ int cmd_eval(int argc, char **argv) {
         threads = (int)(cpus > 0 ? cpus : 1) / (rk.local_size > 0 ? rk.local_size : 1);
         if (threads < 1) threads = 1;
     }
-    bool attn_sums = false;
-    for (int i = 0; i < n_configs; i++) attn_sums |= pkv_press_cfg_needs_attn_sums(configs[i].cfg);
+    bool attn_sums = false, query_stats = false;
+    for (int i = 0; i < n_configs; i++) {
+        attn_sums |= pkv_press_cfg_needs_attn_sums(configs[i].cfg);
+        query_stats |= pkv_press_cfg_needs_query_stats(configs[i].cfg);
+    }
     progress_state ps = {isatty(STDERR_FILENO), rk.rank, rk.size, 0};
     pkv_eval_sweep_opts so = {
         .model = model,
@@ -459,6 +462,7 @@ int cmd_eval(int argc, char **argv) {
                    .n_ctx = max_length(&a) + 64,
                    .keep_window = a.window,
                    .attn_sums = attn_sums,
+                   .query_stats = query_stats,
                    .agree_k = a.agree_k,
                    .chat = a.chat == 1,
                    .stop = &g_stop},

@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "flags.h"
+#include "press_args.h"
 #include "eval/json.h"
 #include "eval/text.h"
 
@@ -29,7 +30,8 @@ static const char EVAL_USAGE[] =
     "      --niah-depths LIST depths in percent (default 0,25,50,75,100)\n"
     "      --niah-samples N   samples per grid cell (default 1)\n"
     "      --press LIST       presses (default none,snapkv,streamingllm,h2o,tova,knorm,random and any\n"
-    "                         other registered press); the full cache always runs. An item may\n"
+    "                         other registered press but kvzip, which prefills again: name it);\n"
+    "                         the full cache always runs. An item may\n"
     "                         carry options of its own and a label: snapkv:kernel=5:pool=avg,\n"
     "                         snapkv+pyramid=snapkv:layer_budget=pyramid\n"
     "      --budgets LIST     rows kept per head per layer (default 64,128,256,512)\n"
@@ -54,7 +56,7 @@ static const char EVAL_USAGE[] =
     "  -t, --threads N        threads (default: all CPUs, shared among MPI ranks on a node)\n"
     "      --simd L           auto, scalar, avx2, avx512\n"
     "      --list-tasks       the tasks and what they test\n"
-    "  -h, --help             this help\n"
+    "  -h, --help             this help (and --help-press for every press and its options)\n"
 #ifdef PKV_MPI
     "\nBuilt with MPI: under mpirun, ranks share the samples and rank 0 merges the results.\n"
 #endif
@@ -263,6 +265,7 @@ static void defaults(eval_args *a) {
     a->grid_samples = 1;
     const char *name, *summary;
     for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++) {
+        if (pkv_press_reconstructs(name)) continue; /* about twice a prefill per config: only when named */
         snprintf(a->presses[a->n_presses], sizeof a->presses[0], "%.31s", name);
         snprintf(a->press_base[a->n_presses++], sizeof a->press_base[0], "%.31s", name);
     }
@@ -402,6 +405,11 @@ static int list_flag(void *args, int argc, char **argv, int *i) {
     const char *f = argv[*i];
     if (!strcmp(f, "--list-tasks")) {
         list_tasks();
+        return CLI_FLAG_DONE;
+    }
+    if (!strcmp(f, "--help-press")) {
+        /* the presses' options, spelled here as --press-opt K=V or PRESS.K=V */
+        press_args_usage(stdout);
         return CLI_FLAG_DONE;
     }
     for (size_t k = 0; k < sizeof LIST_FLAGS / sizeof LIST_FLAGS[0]; k++) {

@@ -266,9 +266,13 @@ bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg);
  * to run this press on a copy. 0 and false for "none". */
 int pkv_press_cfg_window(const pkv_press_cfg *cfg);
 bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg);
+bool pkv_press_cfg_needs_query_stats(const pkv_press_cfg *cfg); /* keep_query_stats */
 
 /* The registry, for help texts: i = 0, 1, ... until false. */
 bool pkv_press_list(int i, const char **name, const char **summary);
+/* True for a press that feeds the context through the model again after the
+ * prefill (kvzip: about twice a prefill's work). */
+bool pkv_press_reconstructs(const char *press);
 /* Options of a press (the common ones first); press may be NULL. */
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help);
 
@@ -293,6 +297,7 @@ typedef struct {
      * can compress a copy of the cache with any press afterwards. */
     int keep_press_window;
     bool keep_attn_sums;
+    bool keep_query_stats;    /* and pre-RoPE query statistics (expected_attention) */
 } pkv_session_opts;
 
 void pkv_session_opts_default(pkv_session_opts *opts);

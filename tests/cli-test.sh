@@ -138,6 +138,10 @@ expect_out run_gemma_chat '[A-Za-z]' -- "$bin" run -m "$gemma" --chat --system "
     -p "What colour is the sky on a clear day?" -n 6 -t 2
 expect_out run_gemma_press 'press: +snapkv budget=64' -- sh -c "\"$bin\" run -m \"$gemma\" -p \"\$(head -c 3000 tests/data/english.txt)\" -n 2 -t 2 --press snapkv --budget 64 2>&1 >/dev/null"
 expect press_unknown 2 "unknown press 'snapk'" -- "$bin" run -m "$tiny" -p hi --press snapk --budget 8
+# the presses that need no question (docs/presses.md Part E): listed, their options checked, KVzip's refusal
+expect_out help_press_eval 'kvzip +KVzip' -- "$bin" eval --help-press
+expect press_ea_n_sink 2 "n_sink must be an integer in \[0, 64\]" -- "$bin" run -m "$tiny" -p hi --press expected_attention --ratio 0.5 --press-opt n_sink=65
+expect press_kvzip_sliding 1 "sliding window" -- "$bin" run -m tests/fixtures/models/tiny-gemma3-f32.gguf -p "the river runs past the mill" --press kvzip --ratio 0.5 -n 2
 expect press_even_kernel 2 "odd" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --kernel 4
 expect press_zero_kernel 2 "odd" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 64 --kernel 0
 expect press_budget_le_window 2 "larger than the observation window 32" -- "$bin" run -m "$tiny" -p hi --press snapkv --budget 32

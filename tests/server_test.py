@@ -270,6 +270,17 @@ def test_compression(s):
                                     extra_body={"kv_compression": {"press": "streamingllm", "ratio": 0.5}})
     u = r.usage.model_extra
     check(u["kv_cache_rows_full"] - u["kv_cache_rows"] == n_prompt - n_prompt // 2, f"ratio 0.5: {u}")
+    # the presses that need no question: each halves the full-attention layer's rows
+    for press in ("keydiff", "expected_attention"):
+        r = s.client.completions.create(model="m", prompt=LONG, max_tokens=2, temperature=0,
+                                        extra_body={"kv_compression": {"press": press, "ratio": 0.5}})
+        u = r.usage.model_extra
+        check(u["kv_cache_rows_full"] - u["kv_cache_rows"] == n_prompt - n_prompt // 2, f"{press} ratio 0.5: {u}")
+    # kvzip's passes would push the context out of tiny-gemma3's sliding-window layers: a 400
+    status, body = s.post("/v1/completions", {"prompt": LONG, "max_tokens": 2,
+                                              "kv_compression": {"press": "kvzip", "ratio": 0.5}})
+    error_of(status, body, 400, "invalid_value")
+    check("sliding window" in body["error"]["message"], body["error"]["message"])
     m = s.metrics()
     check(m["promptkv_compression_saved_bytes_total"] > 0, "saved bytes counted")
 

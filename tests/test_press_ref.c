@@ -50,7 +50,7 @@ static pkv_press_cfg *cfg_from_line(const char *line, int *window) {
         const char *key = tok, *val = eq + 1;
         if (!strcmp(key, "press") || !strcmp(key, "source")) continue;
         if (!strcmp(key, "ratio") && has_budget) continue;
-        if (!strcmp(key, "n_sink")) key = "sinks";
+        if (!strcmp(key, "n_sink") && !strcmp(name, "streamingllm")) key = "sinks";
         if (!strcmp(key, "window")) *window = atoi(val);
         if (pkv_press_cfg_set(cfg, key, val, &err)) test_fail(__FILE__, __LINE__, "%s: %s", line, err.msg);
     }
@@ -155,7 +155,10 @@ static void run_dump_tests(const char *model) {
     ref_case *c = malloc(sizeof *c);
     int n_cases = 0, n_checked = 0;
     while (read_case(f, c)) {
-        if (c->cfg) check_dump_case(&d, c, &n_checked);
+        /* presses that read the prefill's query statistics or feed the context
+         * again need the model: the engine tests below check them */
+        bool engine_only = c->cfg && (c->cfg->ops->needs_query_stats || c->cfg->ops->recon);
+        if (c->cfg && !engine_only) check_dump_case(&d, c, &n_checked);
         n_cases++;
         free_case(c);
     }
@@ -188,6 +191,7 @@ static void run_engine_tests(const char *model) {
     so.cache_type = PKV_CACHE_F32;
     so.n_threads = 2;
     so.n_batch = 40; /* chunked: the window's queries span chunks */
+    so.n_ctx = 512;  /* room for KVzip's reconstruction passes after the prompt */
     pkv_session *s = pkv_session_new(m, &so, &err);
     REQUIRE_MSG(s, "%s", err.msg);
     ref_case *c = malloc(sizeof *c);
@@ -208,7 +212,7 @@ static void run_engine_tests(const char *model) {
         }
         free_case(c);
     }
-    CHECK(n_checked >= 100);
+    CHECK_MSG(n_checked >= 63 * 2 * d.n_head_kv, "%s: %d head selections checked", model, n_checked);
     free(c);
     fclose(f);
     pkv_session_free(s);

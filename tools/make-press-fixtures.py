@@ -14,7 +14,10 @@ tests/fixtures/models/<model>-f32.gguf) and a seeded 96-token prompt, this scrip
                    * kvpress 0.5.5 (SnapKVPress, StreamingLLMPress, KnormPress, TOVAPress,
                      ObservedAttentionPress) run on the same HF model and prompt, with the kept indices
                      taken from the scores kvpress's ScorerPress ranks, and checked against the keys
-                     kvpress leaves in the cache.
+                     kvpress leaves in the cache;
+                   * kvpress 0.5.5's query-agnostic presses (KeyDiffPress, ExpectedAttentionPress,
+                     KVzipPress; tools/query_agnostic_cases.py), each checked against the formula of
+                     docs/presses.md Part E where one can be written from the model's tensors.
 
 Before writing anything it asserts that snapkv_reference.py reproduces the hand examples of
 docs/presses.md A.14, that its explicit pooling equals torch's avg_pool1d / max_pool1d, that the dumped
@@ -52,6 +55,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 TOOLS = Path(__file__).resolve().parent
 REPO_ROOT = TOOLS.parent
 sys.path.insert(0, str(TOOLS))
+import query_agnostic_cases  # noqa: E402
 import snapkv_reference as snap  # noqa: E402
 
 
@@ -158,6 +162,7 @@ class LayerTensors:
     keys: torch.Tensor          # [Hkv, L, d] post-RoPE
     values: torch.Tensor        # [Hkv, L, d]
     attn: torch.Tensor          # [Hq, L, L] eager attention probabilities
+    q_pre: torch.Tensor         # [Hq, L, d] queries before RoPE (Expected Attention's statistics)
 
 
 @torch.no_grad()
@@ -173,10 +178,11 @@ def capture_layers(model: torch.nn.Module, tokens: list[int]) -> list[LayerTenso
         q = module.q_proj(hidden).view(1, n_tok, -1, d).transpose(1, 2)
         k = module.k_proj(hidden).view(1, n_tok, -1, d).transpose(1, 2)
         v = module.v_proj(hidden).view(1, n_tok, -1, d).transpose(1, 2)
+        q_pre = q[0].clone()
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         assert output[1] is not None, "eager attention must return its probabilities"
         seen[module.layer_idx] = LayerTensors(q[0, :, -W_MAX:].clone(), k[0].clone(), v[0].clone(),
-                                              output[1][0].clone())
+                                              output[1][0].clone(), q_pre)
 
     handles = [layer.self_attn.register_forward_hook(hook, with_kwargs=True) for layer in layers]
     try:
@@ -563,7 +569,8 @@ def main() -> int:
             n_off, n_same = check_official_snapkv(args.official_snapkv, layers, ref_cases)
             print(f"{name}: official SnapKVCluster.update_kv == reference on {n_off} (layer, query head) "
                   f"selections ({n_same} identical, the rest differ only inside recorded exact ties)")
-        cases = ref_cases + kv_cases
+        qa_cases = query_agnostic_cases.query_agnostic_cases(sys.modules[__name__], model, spec, vocab, tokens, layers)
+        cases = ref_cases + kv_cases + qa_cases
         write_keep(args.out / f"{name}.keep", name, tokens, cases)
         summarize(name, cases)
     return 0

@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/threads.h"
 
 /* ---------------------------------------------------------------- the memory cap */
 
@@ -28,6 +29,9 @@ uint64_t pkv_session_work_bytes(const pkv_session *s) {
         const pkv_layer_probe *p = &s->probes[il];
         b += (uint64_t)p->window * ((uint64_t)hp->n_head * hp->head_dim_k + 1) * sizeof(float);
         b += (uint64_t)p->acc_rows * hp->n_head * sizeof(float);
+        if (p->has_q_stats)
+            b += (uint64_t)hp->n_head * hp->head_dim_k *
+                 ((hp->head_dim_k + 1) * sizeof(double) + (PKV_QUERY_STATS_HEAD + s->opts.n_batch) * sizeof(float));
     }
     return b;
 }
@@ -51,12 +55,29 @@ pkv_probe_cfg pkv_probe_plan(const pkv_press_cfg *press, const pkv_probe_cfg *ke
     if (press) {
         pc.window = press->window;
         pc.attn_sums = press->ops->needs_attn_sum;
+        pc.q_stats = press->ops->needs_query_stats;
     }
     if (keep) {
         if (keep->window > pc.window) pc.window = keep->window;
         pc.attn_sums |= keep->attn_sums;
+        pc.q_stats |= keep->q_stats;
     }
     return pc;
+}
+
+/* Zeroed query statistics for a call (sums, the first queries, scratch). */
+static int prepare_query_stats(pkv_session *s, pkv_layer_probe *p, pkv_error *err) {
+    const pkv_hparams *hp = &s->model->hp;
+    size_t hd = (size_t)hp->n_head * hp->head_dim_k;
+    if (pkv_work_grow((void **)&p->q_sum, hd * sizeof(double), err) ||
+        pkv_work_grow((void **)&p->q_sq, hd * hp->head_dim_k * sizeof(double), err) ||
+        pkv_work_grow((void **)&p->q_head, hd * PKV_QUERY_STATS_HEAD * sizeof(float), err) ||
+        pkv_work_grow((void **)&p->q_t, hd * (size_t)s->opts.n_batch * sizeof(float), err))
+        return -1;
+    memset(p->q_sum, 0, hd * sizeof(double));
+    memset(p->q_sq, 0, hd * hp->head_dim_k * sizeof(double));
+    p->has_q_stats = true;
+    return 0;
 }
 
 /* Sizes layer il's probe for this call: `window` queries and, if asked,
@@ -70,6 +91,8 @@ int pkv_probe_prepare(pkv_session *s, int il, const pkv_probe_cfg *pc, int n_new
     if (pkv_work_grow((void **)&p->q, (size_t)hp->n_head * p->window * hp->head_dim_k * sizeof(float), err) ||
         pkv_work_grow((void **)&p->q_pos, (size_t)p->window * sizeof(int32_t), err))
         return -1;
+    p->has_q_stats = false;
+    if (pc->q_stats && prepare_query_stats(s, p, err)) return -1;
     if (!pc->attn_sums) {
         p->acc_rows = 0;
         return 0;
@@ -100,6 +123,50 @@ void pkv_probe_capture(pkv_layer_probe *p, const pkv_hparams *hp, const float *q
             memcpy(p->q + ((size_t)h * p->window + r) * hp->head_dim_k,
                    q + ((size_t)t * hp->n_head + h) * hp->head_dim_k, (size_t)hp->head_dim_k * sizeof(float));
     }
+}
+
+/* One query head of a chunk: its queries transposed, then the sums of q and,
+ * from dot products of the columns, of q q^T (f32 within the chunk, double
+ * across chunks). */
+typedef struct {
+    pkv_layer_probe *p;
+    const pkv_hparams *hp;
+    const pkv_kernels *kern;
+    const float *q;
+    int n_tok;
+} qstats_job;
+
+static void qstats_head(void *arg, int64_t item, int thread) {
+    (void)thread;
+    const qstats_job *j = arg;
+    int h = (int)item, d = j->hp->head_dim_k, n = j->n_tok, nh = j->hp->n_head;
+    float *qt = j->p->q_t + (size_t)h * d * n;
+    double *sum = j->p->q_sum + (size_t)h * d, *sq = j->p->q_sq + (size_t)h * d * d;
+    for (int t = 0; t < n; t++)
+        for (int a = 0; a < d; a++) qt[(size_t)a * n + t] = j->q[((size_t)t * nh + h) * d + a];
+    for (int a = 0; a < d; a++) {
+        const float *ca = qt + (size_t)a * n;
+        double s = 0.0;
+        for (int t = 0; t < n; t++) s += ca[t];
+        sum[a] += s;
+        for (int b = a; b < d; b++) {
+            double v = j->kern->dot_f32(n, ca, qt + (size_t)b * n);
+            sq[(size_t)a * d + b] += v;
+            if (b != a) sq[(size_t)b * d + a] += v;
+        }
+    }
+}
+
+void pkv_probe_query_stats(pkv_layer_probe *p, const pkv_hparams *hp, const pkv_compute *comp, const float *q,
+                           const int32_t *pos, int n_tok) {
+    if (!p->has_q_stats) return;
+    size_t hd = (size_t)hp->n_head * hp->head_dim_k;
+    for (int t = 0; t < n_tok; t++) {
+        int idx = pos[t] - p->first_pos;
+        if (idx >= 0 && idx < PKV_QUERY_STATS_HEAD) memcpy(p->q_head + (size_t)idx * hd, q + (size_t)t * hd, hd * sizeof(float));
+    }
+    qstats_job j = {p, hp, comp->kern, q, n_tok};
+    pkv_pool_for(comp->pool, hp->n_head, qstats_head, &j);
 }
 
 /* The rows of layer il's KV heads as the press reads them: counts, positions,
@@ -214,6 +281,23 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
         .arena = &s->arena,
         .seed = cfg->seed,
     };
+    if (ops->needs_query_stats) {
+        if (!probe->has_q_stats)
+            return pkv_fail(err, PKV_ERR_ARG, "press %s needs query statistics that this prefill did not keep",
+                            ops->name);
+        in.q_stats_n = probe->n_new;
+        in.q_sum = probe->q_sum;
+        in.q_sq = probe->q_sq;
+        in.q_head_n = probe->n_new < PKV_QUERY_STATS_HEAD ? probe->n_new : PKV_QUERY_STATS_HEAD;
+        in.q_head = probe->q_head;
+        in.rope = &hp->rope_global; /* presses run on full-attention layers only */
+        in.rope_inv_freq = s->work.inv_freq_global;
+    }
+    if (ops->recon) {
+        if (!s->recon_scores)
+            return pkv_fail(err, PKV_ERR_INTERNAL, "press %s presses after its reconstruction passes", ops->name);
+        in.recon_scores = s->recon_scores;
+    }
     pkv_press_selection sel;
     if (pkv_press_run(cfg, &in, &sel, err)) return -1;
     if (pkv_check_mem_cap(s, il, err)) return -1; /* the press's scratch counts too */

@@ -14,6 +14,7 @@
 typedef struct {
     int window;
     bool attn_sums;
+    bool q_stats; /* pre-RoPE query statistics (Expected Attention) */
 } pkv_probe_cfg;
 
 /* What compression did during a call. */
@@ -35,6 +36,11 @@ int pkv_probe_prepare(pkv_session *s, int il, const pkv_probe_cfg *pc, int n_new
  * the window into the probe. */
 void pkv_probe_capture(pkv_layer_probe *p, const pkv_hparams *hp, const float *q, const int32_t *pos, int c0,
                        int nc);
+
+/* Adds the pre-RoPE queries q ([n_tok][n_head][head_dim_k]) of call tokens at
+ * positions pos to the probe's statistics (when it keeps them). */
+void pkv_probe_query_stats(pkv_layer_probe *p, const pkv_hparams *hp, const pkv_compute *comp, const float *q,
+                           const int32_t *pos, int n_tok);
 
 /* Runs a press on layer il of s from a probe (s's own, or one of the session
  * s was copied from) and keeps only its selection in the cache. */

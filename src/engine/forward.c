@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "cache/attention.h"
 #include "engine/forward.h"
+#include "engine/reconstruct.h"
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -82,7 +83,7 @@ static void head_norm(float *x, const pkv_tensor *w, int n_tok, int n_heads, int
 /* Attention block of layer il for the chunk's tokens at positions pos; x is
  * the chunk's slice of the residual stream, updated in place. */
 static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos, int n_tok, float *const *acc,
-                           pkv_error *err) {
+                           pkv_layer_probe *probe, pkv_error *err) {
     const pkv_model *m = s->model;
     const pkv_hparams *hp = &m->hp;
     const pkv_layer_weights *L = &m->layers[il];
@@ -102,6 +103,8 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
         head_norm(w->q, &L->q_norm, n_tok, hp->n_head, hp->head_dim_k, hp->rms_eps);
         head_norm(w->k, &L->k_norm, n_tok, hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
     }
+    /* Expected Attention's statistics are of the queries before RoPE */
+    if (probe) pkv_probe_query_stats(probe, hp, &s->comp, w->q, pos, n_tok);
     const pkv_rope_params *rope = swa ? &hp->rope_local : &hp->rope_global;
     const float *inv_freq = swa ? w->inv_freq_local : w->inv_freq_global;
     pkv_rope(w->q, n_tok, hp->n_head, hp->head_dim_k, pos, rope, inv_freq);
@@ -197,8 +200,10 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
         int nc = n - c0 < n_batch ? n - c0 : n_batch;
         for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;
         float *x = w->hidden + (int64_t)c0 * hp->n_embd;
-        if (attention_block(s, il, x, w->pos, nc, probe && probe->acc_rows ? probe->acc : NULL, err)) return -1;
+        if (attention_block(s, il, x, w->pos, nc, probe && probe->acc_rows ? probe->acc : NULL, probe, err)) return -1;
         if (probe) pkv_probe_capture(probe, hp, w->q, w->pos, c0, nc);
+        /* a reconstruction pass: the press scores the context by these queries */
+        if (s->recon && pkv_layer_is_full(s->model, il) && pkv_recon_observe(s, il, w->q, c0, nc, err)) return -1;
         ffn_block(s, il, x, nc);
         /* sliding-window layers keep only what the next chunk can see */
         pkv_kvcache_trim_window(&s->cache, il, s->n_pos + c0 + nc);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/reconstruct.h"
 #include "engine/session.h"
 #include "model/model.h"
 #include "press/press.h"
@@ -90,12 +91,14 @@ int pkv_request_prefill_compressed(pkv_session *s, const pkv_request *req, const
     if (press_of(req, p, &rp, err)) return -1;
     pkv_prefill_stats ps;
     int rc;
+    /* where the context starts, for a press that feeds it again (KVzip) */
+    pkv_context_frame frame = {.begin = p->prompt.context_begin, .chat = !req->tokens && req->prompt.chat};
     if (from) {
-        rc = pkv_session_copy(s, from, rp.press, &ps, err);
+        rc = pkv_session_copy_framed(s, from, rp.press, p->prompt.tokens, p->n_compressed, &frame, &ps, err);
     } else {
         /* a later turn is compressed again only in recompress mode (the official SnapKV code appends it) */
         bool apply = pkv_session_n_pos(s) == 0 || req->mode == PKV_MODE_RECOMPRESS;
-        rc = pkv_session_prefill(s, p->prompt.tokens, p->n_compressed, rp.press, apply, &ps, err);
+        rc = pkv_session_prefill_framed(s, p->prompt.tokens, p->n_compressed, rp.press, apply, &frame, &ps, err);
     }
     press_free(&rp);
     if (rc == 0 && stats) {
@@ -178,9 +181,13 @@ int pkv_request_estimate(const pkv_model *m, const pkv_request *req, const pkv_r
         if (rank < n_full - 1) kept_before_last += rows;
         kept += rows;
     }
-    press_free(&rp);
     uint64_t after_press = total_rows - (uint64_t)p->n_compressed;
     uint64_t during = kept_before_last + (uint64_t)hp->n_head_kv * (uint64_t)p->n_compressed;
+    /* a reconstruction press holds every layer whole, plus one pass */
+    if (rp.press->ops->recon)
+        during = (uint64_t)n_full * hp->n_head_kv *
+                 ((uint64_t)p->n_compressed + (uint64_t)pkv_recon_pass_rows(rp.press, p->n_compressed));
+    press_free(&rp);
     uint64_t after = kept + (uint64_t)n_full * heads_after * after_press;
     out->rows_kept = (int64_t)(kept + (uint64_t)n_full * heads_after * (uint64_t)(p->prompt.n_tokens - p->n_compressed));
     out->bytes_peak = swa_bytes + (during > after ? during : after) * out->row_bytes;

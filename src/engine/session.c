@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "engine/compress.h"
 #include "engine/forward.h"
+#include "engine/reconstruct.h"
 #include "engine/session.h"
 #include "engine/state.h"
 
@@ -102,6 +103,10 @@ void pkv_session_free(pkv_session *s) {
             if (p->acc)
                 for (int h = 0; h < s->model->hp.n_head; h++) free(p->acc[h]);
             free(p->acc);
+            free(p->q_sum);
+            free(p->q_sq);
+            free(p->q_head);
+            free(p->q_t);
         }
         free(s->probes);
     }
@@ -165,14 +170,38 @@ static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
 
 int pkv_session_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, bool apply_press,
                         pkv_prefill_stats *stats, pkv_error *err) {
+    return pkv_session_prefill_framed(s, tokens, n, press, apply_press, NULL, stats, err);
+}
+
+static bool is_recon_press(const pkv_press_cfg *press) { return press && press->ops && press->ops->recon; }
+
+int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
+                               bool apply_press, const pkv_context_frame *frame, pkv_prefill_stats *stats,
+                               pkv_error *err) {
     pkv_error_clear(err);
     if (check_context(s, n, err)) return -1;
     if (press && pkv_press_cfg_check(press, err)) return -1;
     double t0 = pkv_now_seconds();
     int pos0 = s->n_pos;
     pkv_compress_stats fs;
-    pkv_probe_cfg keep = {.window = s->opts.keep_press_window, .attn_sums = s->opts.keep_attn_sums};
-    if (pkv_forward(s, tokens, n, apply_press ? press : NULL, &keep, NULL, NULL, &fs, err)) return -1;
+    pkv_probe_cfg keep = {.window = s->opts.keep_press_window,
+                          .attn_sums = s->opts.keep_attn_sums,
+                          .q_stats = s->opts.keep_query_stats};
+    bool recon = apply_press && is_recon_press(press);
+    if (recon) {
+        /* a reconstruction press runs once the whole prompt is in: the prefill
+         * keeps what it reads and presses nothing (docs/design.md) */
+        keep = pkv_probe_plan(press, &keep);
+        if (pkv_recon_check(s, press, true, err)) return -1;
+        if (pkv_forward(s, tokens, n, NULL, &keep, NULL, NULL, &fs, err)) return -1;
+        s->probes_ok = false;
+        if (pkv_recon_press(s, s->probes, tokens, n, frame, press, &fs, err)) {
+            s->broken = true; /* the prompt is in, unpressed: only a reset helps */
+            return -1;
+        }
+    } else if (pkv_forward(s, tokens, n, apply_press ? press : NULL, &keep, NULL, NULL, &fs, err)) {
+        return -1;
+    }
     if (stats) {
         memset(stats, 0, sizeof *stats);
         stats->n_prompt = n;
@@ -191,6 +220,12 @@ int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
 
 int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press, pkv_prefill_stats *stats,
                      pkv_error *err) {
+    return pkv_session_copy_framed(dst, src, press, NULL, 0, NULL, stats, err);
+}
+
+int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press,
+                            const int32_t *tokens, int n, const pkv_context_frame *frame, pkv_prefill_stats *stats,
+                            pkv_error *err) {
     pkv_error_clear(err);
     if (dst == src) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs two different sessions");
     if (dst->model != src->model) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs sessions of the same model");
@@ -207,8 +242,16 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
                             "queries (set keep_press_window)");
         if (press->ops->needs_attn_sum && !src->opts.keep_attn_sums)
             return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_attn_sums in the source session", press->ops->name);
+        if (press->ops->needs_query_stats && !src->opts.keep_query_stats)
+            return pkv_fail(err, PKV_ERR_ARG, "press %s needs keep_query_stats in the source session", press->ops->name);
+        if (press->ops->recon && (!tokens || n != src->n_pos))
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "press %s feeds the prompt again: press a copy through pkv_request_prefill_compressed, "
+                            "which knows the prompt's tokens",
+                            press->ops->name);
     }
     if (src->broken) return pkv_fail(err, PKV_ERR_ARG, "the source session stopped midway in its last call");
+    if (is_recon_press(press) && pkv_recon_check(src, press, false, err)) return -1;
     double t0 = pkv_now_seconds();
     dst->broken = true;
     if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
@@ -216,7 +259,13 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
     memcpy(dst->logits, src->logits, (size_t)src->model->hp.n_vocab * sizeof(float));
     dst->probes_ok = false;
     pkv_compress_stats fs = {0};
-    if (press && press->ops) {
+    if (is_recon_press(press)) {
+        dst->broken = false; /* the copy is whole: the passes run on it */
+        if (pkv_recon_press(dst, src->probes, tokens, n, frame, press, &fs, err)) {
+            dst->broken = true;
+            return -1;
+        }
+    } else if (press && press->ops) {
         for (int il = 0; il < src->model->hp.n_layer; il++) {
             if (!pkv_layer_is_full(src->model, il)) continue;
             if (src->probes[il].window < press->window && src->probes[il].window < src->probes[il].n_new)

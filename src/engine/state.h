@@ -46,7 +46,16 @@ typedef struct {
     int64_t acc_rows;   /* rows each acc array covers (the layer's rows at the end of the call); 0: no sums kept */
     int n_new;          /* tokens of the call */
     int32_t first_pos;  /* position of the call's first token */
+    /* Pre-RoPE query statistics of the call (Expected Attention), when kept:
+     * sums of q and q q^T per query head, the first PKV_QUERY_STATS_HEAD
+     * queries themselves, and a chunk's queries transposed (scratch). */
+    bool has_q_stats;
+    double *q_sum, *q_sq;   /* [n_head][head_dim_k], [n_head][head_dim_k][head_dim_k] */
+    float *q_head;          /* [PKV_QUERY_STATS_HEAD][n_head][head_dim_k] */
+    float *q_t;             /* [n_head][head_dim_k][n_batch] */
 } pkv_layer_probe;
+
+typedef struct pkv_recon_state pkv_recon_state;
 
 struct pkv_session {
     pkv_model *model;
@@ -60,6 +69,10 @@ struct pkv_session {
     pkv_arena arena;  /* per-layer press scratch */
     pkv_layer_probe *probes;  /* [n_layer]; probes_ok when the last prefill kept them uncompressed */
     bool probes_ok;
+    /* Reconstruction presses (engine/reconstruct.c): the pass being run, and
+     * once they are done the scores the press reads; NULL otherwise. */
+    pkv_recon_state *recon;
+    const float *const *const *recon_scores;
     uint64_t peak_mem;        /* most KV cache + activations bytes seen */
     bool broken;              /* a call failed midway; only a reset helps */
     atomic_int interrupted; /* set from a signal handler or another thread (lock-free) */

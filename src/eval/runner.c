@@ -205,6 +205,7 @@ pkv_eval_runner *pkv_eval_runner_new(pkv_model *model, const pkv_eval_runner_opt
     pkv_session_opts src_opts = so;
     src_opts.keep_press_window = opts->keep_window > 0 ? opts->keep_window : 1;
     src_opts.keep_attn_sums = opts->attn_sums;
+    src_opts.keep_query_stats = opts->query_stats;
     r->src = pkv_session_new(model, &src_opts, err);
     if (r->src) r->work = pkv_session_new(model, &so, err);
     if (r->work) r->tmp = pkv_session_new(model, &so, err);

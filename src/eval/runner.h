@@ -88,6 +88,7 @@ typedef struct {
     int n_ctx;                   /* context of the sessions (largest length + decode room) */
     int keep_window;             /* largest press window among the configs */
     bool attn_sums;              /* some config needs per-row attention sums (h2o) */
+    bool query_stats;            /* some config needs pre-RoPE query statistics (expected_attention) */
     int agree_k;                 /* first k generated tokens compared with the full cache; 0: off */
     bool chat;                   /* prompts in the model's chat template (pkv_prompt_parts.chat) */
     volatile sig_atomic_t *stop; /* may be NULL; when set, the item stops with PKV_ERR_INTERRUPTED */

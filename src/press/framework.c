@@ -151,6 +151,16 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pk
         /* a head whose rows fit keeps them all: force everything */
         if (sel->budget[s] >= n) memset(sel->forced[s], 1, (size_t)n);
     }
+    if (in->recon_scores) {
+        /* a budget shared across layers: every pressed layer holds the rows
+         * of this one (a first prefill), each with its own schedule */
+        int n_layers = in->n_press_layers > 0 ? in->n_press_layers : in->n_layers;
+        for (int l = 0; l < n_layers; l++)
+            for (int s = 0; s < ns; s++) {
+                int n = in->n_rows[pkv_sel_kv_head(in, sel, s)], b = pkv_press_layer_budget(cfg, l, n_layers, n);
+                sel->all_layers_budget += b < n ? b : n;
+            }
+    }
     if (ops->score(cfg->params, in, sel, err)) return -1;
     if (cfg->head_budget == PKV_HEAD_BUDGET_ADAPTIVE && pkv_press_adaptive_budgets(cfg->adaptive_floor, in, sel, err))
         return -1;

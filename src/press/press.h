@@ -59,11 +59,69 @@ typedef struct {
     const float *const *attn_sum;    /* [n_head] -> [n_rows of its KV head] */
     const int32_t *const *attn_count;/* [n_head_kv] -> [n_rows] */
 
+    /* Pre-RoPE query statistics of the prefill call that wrote the rows
+     * (Expected Attention); NULL unless the press asks (needs_query_stats):
+     * sums over all q_stats_n queries of the call, and the first q_head_n
+     * queries themselves, so that a press can leave out the call's first
+     * tokens (its sinks) by subtracting them. */
+    int q_stats_n;
+    const double *q_sum;      /* [n_head][head_dim_k] */
+    const double *q_sq;       /* [n_head][head_dim_k][head_dim_k] sums of q q^T */
+    int q_head_n;
+    const float *q_head;      /* [q_head_n][n_head][head_dim_k] */
+    /* The layer's RoPE, to rotate vectors to future positions (NULL unless
+     * needs_query_stats). */
+    const pkv_rope_params *rope;
+    const float *rope_inv_freq;
+
+    /* Row scores a press asked the engine to compute outside the layer
+     * (reconstruction presses: KVzip, docs/design.md "Reconstruction passes"),
+     * for every pressed layer: recon_scores[rank][g][j] is row j of KV head g
+     * of the press_layer of that rank. NULL for other presses. */
+    const float *const *const *recon_scores;
+
     const pkv_compute *comp;  /* kernels and threads the press may use */
     pkv_arena *arena;         /* scratch for this layer; reset by the framework */
     uint64_t seed;            /* per-press seed mixed with layer and head */
     const pkv_press_observer *observer; /* NULL unless a caller observes the press (set by pkv_press_run) */
 } pkv_press_input;
+
+/* Reconstruction presses (KVzip, docs/design.md "Reconstruction passes"):
+ * after the prefill the engine makes the model repeat the context, chunk by
+ * chunk, appending each pass to the cache and removing it afterwards, and
+ * hands the press every full layer's queries of every pass, one batch at a
+ * time. The press turns them into a score per context row. */
+typedef struct {
+    int layer;
+    int n_head, n_head_kv, head_dim;
+    int n_query;        /* queries of this batch */
+    int first_query;    /* index in the pass of the batch's first query */
+    const float *q;     /* [n_query][n_head][head_dim], post-RoPE */
+    /* Keys per KV head, f32, post-RoPE: n_sink sink rows, then the n_chunk rows
+     * of the chunk the pass repeats, then the pass's own rows up to the
+     * batch's last query (first_query + n_query of them, causal). */
+    int n_sink, n_chunk;
+    const float *const *keys;   /* [n_head_kv] -> [n_sink + n_chunk + first_query + n_query][head_dim] */
+    float *const *chunk_scores; /* [n_head_kv] -> [n_chunk]: the press's running scores of the chunk rows */
+    const pkv_compute *comp;
+    pkv_arena *arena;
+} pkv_press_recon_batch;
+
+typedef struct {
+    /* What the engine feeds: the instruction before the first chunk, the one
+     * before every later chunk (followed by the previous chunk's last
+     * `overlap` tokens), then the chat template's generation prompt (or a
+     * newline without a chat template) and the chunk itself. */
+    const char *first_prompt, *next_prompt;
+    int overlap;
+    int (*chunk_size)(const void *params);
+    int (*n_sink)(const void *params);   /* rows before the chunk that the pass's softmax also sees */
+    int (*score_batch)(const void *params, const pkv_press_recon_batch *b, pkv_error *err);
+} pkv_press_recon_ops;
+
+/* Queries of a call's start that a probe keeps raw for needs_query_stats
+ * presses: the most sink tokens such a press can leave out. */
+enum { PKV_QUERY_STATS_HEAD = 64 };
 
 typedef struct pkv_press_ops pkv_press_ops;
 
@@ -77,6 +135,9 @@ typedef struct {
     bool **forced;     /* [n_sel] -> rows that must be kept (window, protected spans) */
     int32_t **keep;    /* [n_sel] -> kept row indices, ascending (output) */
     int *n_keep;       /* [n_sel] (output) */
+    /* Reconstruction presses: the budgets of every pressed layer's selection
+     * heads summed (a budget shared across layers, KVzip's default). */
+    int64_t all_layers_budget;
     void *state;       /* what a press's score() leaves for its select() (arena memory) */
 } pkv_press_selection;
 
@@ -132,6 +193,10 @@ struct pkv_press_ops {
     /* What the framework must provide. */
     bool needs_values;
     bool needs_attn_sum;
+    bool needs_query_stats;
+    /* Non-NULL: the press scores rows by reconstruction passes the engine
+     * runs before pressing any layer. */
+    const pkv_press_recon_ops *recon;
     /* The press groups rows into clusters and reports them to an observer. */
     bool reports_clusters;
     /* Rows the press keeps unconditionally at the end of each head (the

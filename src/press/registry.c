@@ -15,11 +15,13 @@
 #include "press/press.h"
 
 extern const pkv_press_ops pkv_press_snapkv, pkv_press_protokv, pkv_press_streamingllm, pkv_press_h2o,
-    pkv_press_tova, pkv_press_knorm, pkv_press_random;
+    pkv_press_tova, pkv_press_knorm, pkv_press_random, pkv_press_keydiff, pkv_press_expected_attention,
+    pkv_press_kvzip;
 
 static const pkv_press_ops *const PRESSES[] = {
     &pkv_press_snapkv, &pkv_press_protokv, &pkv_press_streamingllm, &pkv_press_h2o,
-    &pkv_press_tova,   &pkv_press_knorm,   &pkv_press_random,
+    &pkv_press_tova,   &pkv_press_knorm,   &pkv_press_random,       &pkv_press_keydiff,
+    &pkv_press_expected_attention, &pkv_press_kvzip,
 };
 enum { N_PRESSES = sizeof PRESSES / sizeof PRESSES[0] };
 
@@ -85,6 +87,11 @@ bool pkv_press_list(int i, const char **name, const char **summary) {
     *name = ops->name;
     *summary = ops->summary;
     return true;
+}
+
+bool pkv_press_reconstructs(const char *press) {
+    const pkv_press_ops *ops = press ? pkv_press_find(press) : NULL;
+    return ops && ops->recon;
 }
 
 bool pkv_press_option_list(const char *press, int i, const char **key, const char **help) {
@@ -156,6 +163,7 @@ bool pkv_press_cfg_compresses(const pkv_press_cfg *cfg) { return cfg && cfg->ops
 pkv_mode pkv_press_cfg_mode(const pkv_press_cfg *cfg) { return cfg ? cfg->mode : PKV_MODE_QUERY_AWARE; }
 int pkv_press_cfg_window(const pkv_press_cfg *cfg) { return cfg && cfg->ops ? cfg->window : 0; }
 bool pkv_press_cfg_needs_attn_sums(const pkv_press_cfg *cfg) { return cfg && cfg->ops && cfg->ops->needs_attn_sum; }
+bool pkv_press_cfg_needs_query_stats(const pkv_press_cfg *cfg) { return cfg && cfg->ops && cfg->ops->needs_query_stats; }
 
 int pkv_press_cfg_set(pkv_press_cfg *cfg, const char *key, const char *value, pkv_error *err) {
     const pkv_press_option *o = find_option(COMMON_OPTIONS, key);

@@ -1,0 +1,301 @@
+/*
+ * Reconstruction passes for presses that score the context by how the model
+ * repeats it (KVzip; docs/design.md "Reconstruction passes", docs/presses.md
+ * E.3), as kvpress 0.5.5's KVzipPress runs them: the context after the chat
+ * template's opening, tokens[begin, n), is cut into chunks of chunk_size;
+ * pass i feeds the press's instruction (the first one, or the next one
+ * followed by the previous chunk's last `overlap` tokens), the chat
+ * template's generation prompt (a newline without a template) and chunk i,
+ * at the positions after the context. Each pass's rows are appended to the
+ * cache like any prefill's and removed once the pass is done, so every pass
+ * sees the context and itself only, and the session ends as it began. The
+ * press gets each full layer's queries of the pass, with the keys of the
+ * sinks (the first min(n_sink, chunk start) rows), of the chunk and of the
+ * pass, and keeps a score per context row; rows no pass repeats score 0.
+ *
+ * Cost: every pass is a prefill of its chunk and instruction, so the context
+ * is read about twice (docs/presses.md E.3 gives the measurement). Memory:
+ * the whole unpressed cache of every layer plus one pass, as kvpress.
+ */
+#include "engine/reconstruct.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "engine/forward.h"
+
+struct pkv_recon_state {
+    const pkv_press_cfg *press;
+    int ctx_rows;      /* rows of every head before the pass: the context */
+    int n_sink;        /* sink rows this pass's softmax sees */
+    int chunk_begin, n_chunk;
+    float ***scores;   /* [n_layer] -> [n_head_kv] -> [ctx_rows]; NULL for sliding layers */
+    float *keys;       /* gathered keys of one head */
+    int64_t keys_cap;
+};
+
+typedef struct {
+    int32_t *ids;
+    int n, cap;
+} token_list;
+
+static int add_text(const pkv_model *m, token_list *t, const char *text, bool parse_special, pkv_error *err) {
+    if (!*text) return 0;
+    return pkv_tokenize_append(m, text, strlen(text), false, parse_special, &t->ids, &t->n, &t->cap, err) < 0 ? -1 : 0;
+}
+
+static int add_tokens(token_list *t, const int32_t *ids, int n, pkv_error *err) {
+    if (t->n + n > t->cap) {
+        int cap = (t->n + n) * 2;
+        int32_t *p = realloc(t->ids, (size_t)cap * sizeof *p);
+        if (!p) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory building a reconstruction pass");
+        t->ids = p;
+        t->cap = cap;
+    }
+    memcpy(t->ids + t->n, ids, (size_t)n * sizeof *ids);
+    t->n += n;
+    return 0;
+}
+
+/* The generation prompt after a user turn, as kvpress finds it: the template
+ * rendered around "dummy context" and a separator, split at the separator. */
+static int chat_suffix(const pkv_model *m, token_list *t, pkv_error *err) {
+    const char *sep = "\n#############"; /* "\n" + "#" * len("dummy context") */
+    pkv_chat_message msg = {"user", "dummy context\n#############"};
+    char buf[4096];
+    int len = pkv_chat_format(m, &msg, 1, buf, sizeof buf, NULL, err);
+    if (len < 0) return -1;
+    if (len >= (int)sizeof buf) return pkv_fail(err, PKV_ERR_LIMIT, "kvzip: the chat template's rendering is too long");
+    const char *at = strstr(buf, sep);
+    if (!at) return pkv_fail(err, PKV_ERR_UNSUPPORTED, "kvzip: the chat template does not keep the user's text");
+    return add_text(m, t, at + strlen(sep), true, err);
+}
+
+int64_t pkv_recon_pass_rows(const pkv_press_cfg *press, int n) {
+    const pkv_press_recon_ops *r = press->ops->recon;
+    int chunk = r->chunk_size(press->params);
+    /* up to three ids a byte (byte fallback), and a generation prompt of a few dozen */
+    return (int64_t)(chunk < n ? chunk : n) + 3 * (int64_t)strlen(r->next_prompt) + r->overlap + 64;
+}
+
+/* ---------------------------------------------------------------- scoring inside a pass */
+
+int pkv_recon_observe(pkv_session *s, int il, const float *q, int c0, int nc, pkv_error *err) {
+    pkv_recon_state *r = s->recon;
+    const pkv_hparams *hp = &s->model->hp;
+    const pkv_kvcache *c = &s->cache;
+    int nkv = pkv_kvcache_n_heads(c, il), d = pkv_kvcache_head_dim_k(c, il);
+    int n_keys = r->n_sink + r->n_chunk + c0 + nc;
+    if ((int64_t)nkv * n_keys > r->keys_cap) {
+        float *k = realloc(r->keys, (size_t)nkv * n_keys * d * sizeof(float));
+        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer %d's pass keys", il);
+        r->keys = k;
+        r->keys_cap = (int64_t)nkv * n_keys;
+    }
+    pkv_arena_reset(&s->arena);
+    const float *key_ptr[64];
+    float *score_ptr[64];
+    if (nkv > 64) return pkv_fail(err, PKV_ERR_UNSUPPORTED, "kvzip: layer %d has %d KV heads (at most 64)", il, nkv);
+    for (int g = 0; g < nkv; g++) {
+        int rows = pkv_kvcache_head_rows(c, il, g);
+        const float *all = pkv_kvcache_head_k_f32(c, il, g);
+        if (!all) {
+            float *tmp = pkv_arena_alloc(&s->arena, (size_t)rows * d * sizeof(float) + 4);
+            if (!tmp) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d's keys", il);
+            pkv_kvcache_read_k(c, s->comp.kern, il, g, tmp);
+            all = tmp;
+        }
+        /* the sinks, the chunk, the pass so far: three runs of rows */
+        float *dst = r->keys + (size_t)g * n_keys * d;
+        size_t row = (size_t)d * sizeof(float);
+        memcpy(dst, all, (size_t)r->n_sink * row);
+        memcpy(dst + (size_t)r->n_sink * d, all + (size_t)r->chunk_begin * d, (size_t)r->n_chunk * row);
+        memcpy(dst + (size_t)(r->n_sink + r->n_chunk) * d, all + (size_t)r->ctx_rows * d, (size_t)(c0 + nc) * row);
+        key_ptr[g] = dst;
+        score_ptr[g] = r->scores[il][g] + r->chunk_begin;
+    }
+    pkv_press_recon_batch b = {
+        .layer = il,
+        .n_head = hp->n_head,
+        .n_head_kv = nkv,
+        .head_dim = d,
+        .n_query = nc,
+        .first_query = c0,
+        .q = q,
+        .n_sink = r->n_sink,
+        .n_chunk = r->n_chunk,
+        .keys = key_ptr,
+        .chunk_scores = score_ptr,
+        .comp = &s->comp,
+        .arena = &s->arena,
+    };
+    if (r->press->ops->recon->score_batch(r->press->params, &b, err)) return -1;
+    return pkv_check_mem_cap(s, il, err);
+}
+
+/* ---------------------------------------------------------------- the passes */
+
+/* Removes a pass: every head keeps its first ctx_rows rows. */
+static int drop_pass(pkv_session *s, int ctx_rows, const int32_t *identity, int spare, pkv_error *err) {
+    for (int il = 0; il < s->model->hp.n_layer; il++)
+        for (int g = 0; g < pkv_kvcache_n_heads(&s->cache, il); g++)
+            if (pkv_kvcache_keep_rows(&s->cache, il, g, identity, ctx_rows, spare, err)) return -1;
+    return 0;
+}
+
+static void free_scores(const pkv_session *s, pkv_recon_state *r) {
+    if (!r->scores) return;
+    for (int il = 0; il < s->model->hp.n_layer; il++) {
+        if (!r->scores[il]) continue;
+        for (int g = 0; g < s->model->hp.n_head_kv; g++) free(r->scores[il][g]);
+        free(r->scores[il]);
+    }
+    free(r->scores);
+}
+
+int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool before_prefill, pkv_error *err) {
+    const pkv_model *m = s->model;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (!pkv_layer_is_full(m, il))
+            return pkv_fail(err, PKV_ERR_ARG, /* the request's choice: a server answers 400 */
+                            "%s: layer %d attends over a sliding window, which the reconstruction passes would push "
+                            "the context out of (kvpress refuses Gemma 3 too)",
+                            press->ops->name, il);
+    if (before_prefill && s->n_pos != 0)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "%s presses a session's first prefill only (this one holds %d tokens already)",
+                        press->ops->name, s->n_pos);
+    return 0;
+}
+
+static int check_session(const pkv_session *s, int n, const pkv_press_cfg *press, const pkv_context_frame *f,
+                         pkv_error *err) {
+    const pkv_model *m = s->model;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        for (int g = 0; g < pkv_kvcache_n_heads(&s->cache, il); g++)
+            if (pkv_kvcache_head_rows(&s->cache, il, g) != n)
+                return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                                "%s presses a session's first prefill only (layer %d head %d holds %d rows, the "
+                                "prefill %d tokens)",
+                                press->ops->name, il, g, pkv_kvcache_head_rows(&s->cache, il, g), n);
+    }
+    if (s->n_pos != n)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s presses a session's first prefill only", press->ops->name);
+    if (f->begin < 0 || f->begin > n)
+        return pkv_fail(err, PKV_ERR_INTERNAL, "%s: context start %d outside the prefill of %d", press->ops->name,
+                        f->begin, n);
+    return 0;
+}
+
+static int run_passes(pkv_session *s, const int32_t *tokens, int n, const pkv_context_frame *f, pkv_recon_state *r,
+                      pkv_error *err) {
+    const pkv_press_cfg *press = r->press;
+    const pkv_press_recon_ops *ro = press->ops->recon;
+    int chunk = ro->chunk_size(press->params), n_sink = ro->n_sink(press->params);
+    token_list first = {0}, next = {0}, suffix = {0}, pass = {0};
+    int32_t *identity = malloc((size_t)(n > 0 ? n : 1) * sizeof *identity);
+    float *logits = malloc((size_t)s->model->hp.n_vocab * sizeof(float));
+    int rc = -1;
+    if (!identity || !logits) {
+        pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the reconstruction passes");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) identity[i] = i;
+    memcpy(logits, s->logits, (size_t)s->model->hp.n_vocab * sizeof(float));
+    if (add_text(s->model, &first, ro->first_prompt, false, err) || add_text(s->model, &next, ro->next_prompt, false, err))
+        goto done;
+    if (f->chat ? chat_suffix(s->model, &suffix, err) : add_text(s->model, &suffix, "\n", false, err)) goto done;
+    for (int start = f->begin, i = 0; start < n; start += chunk, i++) {
+        int len = n - start < chunk ? n - start : chunk;
+        pass.n = 0;
+        if (i == 0 ? add_tokens(&pass, first.ids, first.n, err) : add_tokens(&pass, next.ids, next.n, err)) goto done;
+        if (i > 0) {
+            int ov = ro->overlap < chunk ? ro->overlap : chunk;
+            if (add_tokens(&pass, tokens + start - ov, ov, err)) goto done;
+        }
+        if (add_tokens(&pass, suffix.ids, suffix.n, err) || add_tokens(&pass, tokens + start, len, err)) goto done;
+        /* the pass is the press's own work, gone afterwards: it may use the
+         * model's trained positions beyond a smaller session context */
+        int limit = s->opts.n_ctx > s->model->hp.n_ctx_train ? s->opts.n_ctx : s->model->hp.n_ctx_train;
+        if ((int64_t)n + pass.n > limit) {
+            pkv_fail(err, PKV_ERR_LIMIT,
+                     "%s: a reconstruction pass of %d tokens after the %d of the prompt exceeds the context length %d "
+                     "(the session's %d or the model's trained %d); lower chunk_size",
+                     press->ops->name, pass.n, n, limit, s->opts.n_ctx, s->model->hp.n_ctx_train);
+            goto done;
+        }
+        r->n_sink = n_sink < start ? n_sink : start;
+        r->chunk_begin = start;
+        r->n_chunk = len;
+        s->recon = r;
+        int frc = pkv_forward(s, pass.ids, pass.n, NULL, NULL, NULL, NULL, NULL, err);
+        s->recon = NULL;
+        if (frc) goto done;
+        s->broken = true; /* until the pass is gone */
+        if (drop_pass(s, n, identity, pass.n, err)) goto done;
+        s->n_pos = n;
+        s->broken = false;
+    }
+    memcpy(s->logits, logits, (size_t)s->model->hp.n_vocab * sizeof(float));
+    rc = 0;
+done:
+    free(first.ids);
+    free(next.ids);
+    free(suffix.ids);
+    free(pass.ids);
+    free(identity);
+    free(logits);
+    return rc;
+}
+
+int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t *tokens, int n,
+                    const pkv_context_frame *frame, const pkv_press_cfg *press, pkv_compress_stats *stats,
+                    pkv_error *err) {
+    double t0 = pkv_now_seconds();
+    pkv_context_frame plain = {0, false};
+    const pkv_context_frame *f = frame ? frame : &plain;
+    if (check_session(s, n, press, f, err)) return -1;
+    const pkv_hparams *hp = &s->model->hp;
+    pkv_recon_state r = {.press = press, .ctx_rows = n};
+    int rc = -1, n_full = 0;
+    const float *const **by_rank = NULL;
+    r.scores = calloc((size_t)hp->n_layer, sizeof *r.scores);
+    if (!r.scores) goto nomem;
+    for (int il = 0; il < hp->n_layer; il++) {
+        r.scores[il] = calloc((size_t)hp->n_head_kv, sizeof **r.scores);
+        if (!r.scores[il]) goto nomem;
+        for (int g = 0; g < hp->n_head_kv; g++)
+            if (!(r.scores[il][g] = calloc((size_t)n + 1, sizeof(float)))) goto nomem;
+        n_full++;
+    }
+    if (run_passes(s, tokens, n, f, &r, err)) goto done;
+    /* the press reads every pressed layer's scores, by rank */
+    by_rank = calloc((size_t)n_full, sizeof *by_rank);
+    if (!by_rank) goto nomem;
+    for (int il = 0, k = 0; il < hp->n_layer; il++) by_rank[k++] = (const float *const *)r.scores[il];
+    s->recon_scores = (const float *const *const *)by_rank;
+    s->broken = true;
+    pkv_compress_stats local = {0};
+    for (int il = 0; il < hp->n_layer; il++)
+        if (pkv_compress_layer(s, &probes[il], press, il, &local, err)) goto done;
+    s->broken = false;
+    if (stats) {
+        stats->compressed = true;
+        stats->rows_before += local.rows_before;
+        stats->rows_after += local.rows_after;
+        stats->press_seconds += pkv_now_seconds() - t0; /* the passes are the press's cost */
+    }
+    rc = 0;
+    goto done;
+nomem:
+    pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the reconstruction scores");
+done:
+    s->recon_scores = NULL;
+    s->recon = NULL;
+    free(by_rank);
+    free(r.keys);
+    free_scores(s, &r);
+    return rc;
+}
