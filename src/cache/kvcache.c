@@ -188,11 +188,15 @@ void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, cons
                         const int32_t *pos, int n) {
     pkv_kv_layer *L = &c->layers[layer];
     int dk = L->head_dim_k, dv = L->head_dim_v;
+    /* a layer split per query head (pkv_kvcache_split_heads) holds group heads
+     * per KV head: each gets its KV head's new row */
+    int group = L->n_heads / L->n_heads_kv;
     for (int hi = 0; hi < L->n_heads; hi++) {
         pkv_kv_head *h = &L->heads[hi];
+        int src = hi / group;
         for (int t = 0; t < n; t++) {
-            const float *ks = k + ((int64_t)t * L->n_heads + hi) * dk;
-            const float *vs = v + ((int64_t)t * L->n_heads + hi) * dv;
+            const float *ks = k + ((int64_t)t * L->n_heads_kv + src) * dk;
+            const float *vs = v + ((int64_t)t * L->n_heads_kv + src) * dv;
             int row = h->n_rows + t;
             if (c->type == PKV_CACHE_F32) {
                 memcpy((float *)h->k + (int64_t)row * dk, ks, (size_t)dk * sizeof(float));
