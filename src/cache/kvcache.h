@@ -54,6 +54,14 @@ void pkv_kvcache_clear(pkv_kvcache *c);
 /* dst becomes a deep copy of src (same model); dst's rows are freed first. */
 int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
 
+/* Loading a saved cache (kvfile.c), on a cleared cache: the layer gets
+ * n_heads heads (the model's KV heads, or its query heads after a
+ * per-query-head press), then each head its rows, copied from k, v and pos
+ * (n_rows rows of each, any alignment; positions little-endian int32). */
+int pkv_kvcache_set_n_heads(pkv_kvcache *c, int layer, int n_heads, pkv_error *err);
+int pkv_kvcache_put_rows(pkv_kvcache *c, int layer, int head, int n_rows, const void *k, const void *v, const void *pos,
+                         pkv_error *err);
+
 /* Make room for n more rows in every head of the layer. */
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
 

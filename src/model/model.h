@@ -6,6 +6,7 @@
 #ifndef PKV_MODEL_H
 #define PKV_MODEL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -68,6 +69,7 @@ struct pkv_model {
     const pkv_kernels *kern;
     uint64_t n_params;
     uint64_t weight_bytes;
+    _Atomic uint64_t fingerprint; /* pkv_model_fingerprint once computed; 0 before */
 };
 
 /* True for a layer that attends to all previous tokens (and so is pressed). */
