@@ -460,3 +460,66 @@ TEST(real_qwen_saved_cache_continues_as_live) {
     pkv_session_free(b);
     pkv_model_free(m);
 }
+
+/* The prompt after a stored context equals the whole prompt's tokens: the
+ * context's tokens [0, context_end) of the whole prompt, then the question
+ * and the template's tail (chat on ChatML and on Gemma's trimming template,
+ * with a question that starts with white space; plain text with BOS), and the
+ * context's own text continued; token ids as they are. */
+TEST(request_continuation_equals_whole_prompt) {
+    const char *models[] = {TINY_QWEN, TINY_GEMMA, TINY_LLAMA};
+    for (int mi = 0; mi < 3; mi++) {
+        pkv_error err;
+        pkv_model *m = pkv_model_load(models[mi], NULL, &err);
+        REQUIRE(m);
+        for (int chat = 0; chat < (mi < 2 ? 2 : 1); chat++) { /* the tiny Llama has no chat template */
+            pkv_request whole_req, cont_req;
+            pkv_request_init(&whole_req);
+            whole_req.prompt = (pkv_prompt_parts){.system = chat ? "be brief" : NULL, .context = "the cat sat on the mat",
+                                                  .question = " where did it sit?", .chat = chat};
+            pkv_request_prompt whole, cont;
+            REQUIRE_MSG(pkv_request_tokenize(m, &whole_req, &whole, &err) == 0, "%s", err.msg);
+            int n_ctx = whole.prompt.context_end;
+            pkv_request_init(&cont_req);
+            cont_req.prompt = (pkv_prompt_parts){.question = " where did it sit?", .chat = chat};
+            REQUIRE_MSG(pkv_request_tokenize_continuation(m, &cont_req, whole.prompt.tokens, n_ctx, &cont, &err) == 0,
+                        "%s", err.msg);
+            CHECK_EQ_INT(cont.prompt.n_tokens, whole.prompt.n_tokens);
+            CHECK_MSG(cont.prompt.n_tokens == whole.prompt.n_tokens &&
+                          !memcmp(cont.prompt.tokens, whole.prompt.tokens, sizeof(int32_t) * whole.prompt.n_tokens),
+                      "%s chat=%d: the continuation differs from the whole prompt", models[mi], chat);
+            CHECK_EQ_INT(cont.n_compressed, n_ctx);
+            CHECK_EQ_INT(cont.prompt.question_end, whole.prompt.question_end);
+            pkv_request_prompt_free(&cont);
+            /* more of the context's text: "the cat sat" stored, " on the mat" continued */
+            pkv_request_prompt part;
+            pkv_request part_req = whole_req;
+            part_req.prompt.context = "the cat sat";
+            part_req.prompt.question = "";
+            REQUIRE(pkv_request_tokenize(m, &part_req, &part, &err) == 0);
+            cont_req.prompt.context = " on the mat";
+            REQUIRE(pkv_request_tokenize_continuation(m, &cont_req, part.prompt.tokens, part.prompt.context_end, &cont,
+                                                      &err) == 0);
+            int n_cut = part.prompt.context_end;
+            CHECK(cont.prompt.n_tokens > n_cut && !memcmp(cont.prompt.tokens, part.prompt.tokens, sizeof(int32_t) * n_cut));
+            pkv_request_prompt_free(&cont);
+            pkv_request_prompt_free(&part);
+            pkv_request_prompt_free(&whole);
+        }
+        int32_t ids[3] = {7, 8, 9}, state[2] = {1, 2};
+        pkv_request idr;
+        pkv_request_init(&idr);
+        idr.tokens = ids;
+        idr.n_tokens = 3;
+        pkv_request_prompt cont;
+        REQUIRE(pkv_request_tokenize_continuation(m, &idr, state, 2, &cont, &err) == 0);
+        CHECK(cont.prompt.n_tokens == 5 && cont.prompt.tokens[1] == 2 && cont.prompt.tokens[2] == 7 &&
+              cont.prompt.tokens[4] == 9);
+        pkv_request_prompt_free(&cont);
+        pkv_chat_message msg = {"user", "hi"};
+        idr.tokens = NULL;
+        idr.prompt = (pkv_prompt_parts){.chat = true, .messages = &msg, .n_messages = 1};
+        CHECK(pkv_request_tokenize_continuation(m, &idr, state, 2, &cont, &err) != 0 && strstr(err.msg, "conversation"));
+        pkv_model_free(m);
+    }
+}
