@@ -549,6 +549,14 @@ struct pkv_request_stats {
 int pkv_request_run(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
                     pkv_request_stats *stats, pkv_error *err);
 
+/* pkv_request_run starting from another session's state (a stored context:
+ * pkv_request_prefill_compressed's from, below) whose tokens the prompt
+ * begins with (n_compressed = from's length: pkv_request_tokenize_continuation,
+ * or a prompt found to begin with them); from is only read, so several
+ * sessions may start from it at once. */
+int pkv_request_run_from(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session *from, pkv_request_stats *stats, pkv_error *err);
+
 /* The phases of pkv_request_run, for callers that reuse a state. The
  * compressed part: prefilled with the press, or, when from is not NULL,
  * taken from it: from holds that part already, prefilled without a press and

@@ -164,15 +164,23 @@ int pkv_request_prefill_rest(pkv_session *s, const pkv_request_prompt *p, pkv_re
 
 int pkv_request_run(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
                     pkv_request_stats *stats, pkv_error *err) {
+    return pkv_request_run_from(s, req, prompt, NULL, stats, err);
+}
+
+int pkv_request_run_from(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session *from, pkv_request_stats *stats, pkv_error *err) {
     pkv_request_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     pkv_request_prompt own = {0};
+    if (from && (!prompt || prompt->n_compressed != pkv_session_n_pos(from)))
+        return pkv_fail(err, PKV_ERR_ARG, "request: a prompt starting from a state of %d tokens must say so "
+                                          "(pkv_request_tokenize_continuation)", pkv_session_n_pos(from));
     if (!prompt) {
         if (pkv_request_tokenize(pkv_session_model(s), req, &own, err)) return -1;
         prompt = &own;
     }
-    int rc = pkv_request_prefill_compressed(s, req, prompt, NULL, stats, err);
+    int rc = pkv_request_prefill_compressed(s, req, prompt, from, stats, err);
     if (rc == 0) rc = pkv_request_prefill_rest(s, prompt, stats, err);
     if (rc == 0) {
         stats->prefilled = true;
