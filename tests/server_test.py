@@ -778,6 +778,14 @@ def test_contexts_bad_files(tmpdir):
         check(any("not reloaded" in line and "ctx-000" in line for line in s.lines), "the bad file is named")
     finally:
         check(s.stop() == 0, "exit code")
+    # a directory made at the first start; a path that cannot be one stops the server with one line
+    fresh = os.path.join(tmpdir, "new")
+    s = Server(TINY, "--slots", "1", "--ctx-dir", fresh, "--quiet")
+    check(s.stop() == 0 and os.path.isdir(fresh), "--ctx-dir is made")
+    blocked = os.path.join(tmpdir, "ctx-" + "0" * 24 + ".pkvc")  # a file, not a directory
+    out = subprocess.run([BIN, "serve", "-m", TINY, "--port", "0", "--ctx-dir", blocked], capture_output=True,
+                         text=True, timeout=60)
+    check(out.returncode == 1 and "cannot read or create it" in out.stderr, f"{out.returncode} {out.stderr}")
 
 
 # ---------------------------------------------------------------- real model

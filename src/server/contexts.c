@@ -202,12 +202,14 @@ static int by_mtime(const void *a, const void *b) {
     return strcmp(x->id, y->id);
 }
 
-int srv_store_reload(srv_store *st, pkv_model *model, const pkv_session_opts *opts_in) {
+int srv_store_reload(srv_store *st, pkv_model *model, const pkv_session_opts *opts_in, pkv_error *err) {
     if (!st->dir) return 0;
     DIR *d = opendir(st->dir);
+    if (!d && errno == ENOENT && mkdir(st->dir, 0700) == 0) d = opendir(st->dir); /* a first start */
     if (!d) {
-        fprintf(stderr, "promptkv serve: --ctx-dir %s: cannot read: %s\n", st->dir, strerror(errno));
-        return 0;
+        snprintf(err->msg, sizeof err->msg, "--ctx-dir %s: cannot read or create it: %s", st->dir, strerror(errno));
+        err->code = PKV_ERR_IO;
+        return -1;
     }
     found_file *files = NULL;
     int n = 0, cap = 0;
@@ -241,13 +243,13 @@ int srv_store_reload(srv_store *st, pkv_model *model, const pkv_session_opts *op
     for (int i = 0; i < n; i++) {
         char path[1024];
         file_of(st, files[i].id, path, sizeof path);
-        pkv_error err;
+        pkv_error lerr;
         srv_error e;
         pkv_saved_cache_info *info = malloc(sizeof *info);
         srv_context *c = calloc(1, sizeof *c);
-        if (!info || !c || !(c->session = pkv_session_new(model, &opts, &err)) ||
-            pkv_session_load(c->session, path, info, &err)) {
-            fprintf(stderr, "promptkv serve: --ctx-dir: not reloaded: %s\n", info && c ? err.msg : "out of memory");
+        if (!info || !c || !(c->session = pkv_session_new(model, &opts, &lerr)) ||
+            pkv_session_load(c->session, path, info, &lerr)) {
+            fprintf(stderr, "promptkv serve: --ctx-dir: not reloaded: %s\n", info && c ? lerr.msg : "out of memory");
             free(info);
             context_free(c);
             continue;

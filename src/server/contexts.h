@@ -55,8 +55,10 @@ void srv_store_free(srv_store *st);
 
 /* Loads dir's saved contexts (ctx-*.pkvc) into sessions of model with opts,
  * oldest first, so the limit keeps the newest; a file that does not load is
- * named in one line on stderr and left alone. Returns how many were loaded. */
-int srv_store_reload(srv_store *st, pkv_model *model, const pkv_session_opts *opts);
+ * named in one line on stderr and left alone. The directory is made when
+ * absent. Returns how many were loaded, or -1 (err) when the directory can
+ * be neither read nor made. */
+int srv_store_reload(srv_store *st, pkv_model *model, const pkv_session_opts *opts, pkv_error *err);
 
 /* A new context from a session holding its state (copied: src goes on as
  * it was). Persisted when the store has a directory, then indexed, evicting

@@ -662,7 +662,11 @@ int pkv_server_run(pkv_model *model, const pkv_server_opts *opts, pkv_error *err
     if (start_slots(&srv, err)) goto out;
     if (opts->ctx_dir) {
         pkv_model_fingerprint(model); /* read the model file once now, not in the first request that saves */
-        int n = srv_store_reload(&srv.store, model, &srv.sc.opts.session);
+        int n = srv_store_reload(&srv.store, model, &srv.sc.opts.session, err);
+        if (n < 0) {
+            srv_sched_stop(&srv.sc);
+            goto out;
+        }
         fprintf(stderr, "promptkv serve: --ctx-dir %s: %d stored contexts reloaded\n", opts->ctx_dir, n);
     }
     if (start_http(&srv, err)) {
