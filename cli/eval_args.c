@@ -41,6 +41,8 @@ static const char EVAL_USAGE[] =
     "      --press-opt K=V    an option for every press that has it; PRESS.K=V for one press\n"
     "      --chat auto|on|off prompts in the model's chat template (auto: when the GGUF carries\n"
     "                         tokenizer.chat_template, as for instruct models)\n"
+    "      --chat-template T  the chat format instead of the model's: a name (chatml, llama3, ...) or a\n"
+    "                         template text (--chat auto is then on)\n"
     "      --agree-k K        generated tokens compared with the full cache (default 8, 0: off)\n"
     "      --seed S           base seed of the generators (default 0)\n"
     "  -o, --out DIR          output directory (default eval-out)\n"
@@ -388,6 +390,9 @@ int eval_parse_args(int argc, char **argv, eval_args *a) {
                 cli_error(cmd, "--chat must be auto, on or off, got '%s'", v);
                 return -1;
             }
+        } else if (!strcmp(f, "--chat-template")) {
+            VALUE();
+            a->chat_template = v;
         } else if (!strcmp(f, "--agree-k")) {
             VALUE();
             if (!cli_int(cmd, f, v, 0, 4096, &n)) return -1;

@@ -12,6 +12,7 @@ const cli_flag CLI_ENGINE_FLAGS[] = {
     {"--batch", "-b", CLI_INT, offsetof(cli_engine_args, n_batch), 1, 1 << 20, NULL},
     {"--cache-type", NULL, CLI_CACHE_TYPE, offsetof(cli_engine_args, cache_type), 0, 0, NULL},
     {"--simd", NULL, CLI_SIMD, offsetof(cli_engine_args, simd), 0, 0, NULL},
+    {"--chat-template", NULL, CLI_TEXT, offsetof(cli_engine_args, chat_template), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -46,9 +46,10 @@ typedef struct {
     int n_batch;    /* 0: the library's default */
     pkv_cache_type cache_type;
     pkv_simd simd;
+    const char *chat_template; /* --chat-template: a chat format's name or a template text; NULL: the model's */
 } cli_engine_args;
 
-/* -m/--model, -t/--threads, -b/--batch, --cache-type, --simd */
+/* -m/--model, -t/--threads, -b/--batch, --cache-type, --simd, --chat-template */
 extern const cli_flag CLI_ENGINE_FLAGS[];
 
 /* Parses argv[*i] with the shared flags into engine, then the command's own

@@ -55,8 +55,14 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
         return NULL;
     }
     s->comp = (pkv_compute){.kern = model->kern, .pool = s->pool};
-    pkv_rope_inv_freq(&hp->rope_global, s->work.inv_freq_global);
-    pkv_rope_inv_freq(&hp->rope_local, s->work.inv_freq_local);
+    pkv_rope_params rope_global, rope_local; /* LongRoPE's factors depend on n_ctx (docs/engine.md §5.3) */
+    if (pkv_model_session_rope(model, opts.n_ctx, &rope_global, &rope_local, err)) {
+        free(windows);
+        pkv_session_free(s);
+        return NULL;
+    }
+    pkv_rope_inv_freq(&rope_global, s->work.inv_freq_global);
+    pkv_rope_inv_freq(&rope_local, s->work.inv_freq_local);
     for (int il = 0; il < hp->n_layer; il++) windows[il] = pkv_layer_is_full(model, il) ? 0 : hp->sliding_window;
     int rc = pkv_kvcache_init(&s->cache, opts.cache_type, hp->n_layer, hp->n_head_kv, hp->head_dim_k,
                               hp->head_dim_v, windows, err);
@@ -211,6 +217,11 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
     pkv_error_clear(err);
     if (dst == src) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs two different sessions");
     if (dst->model != src->model) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs sessions of the same model");
+    if (memcmp(dst->work.inv_freq_global, src->work.inv_freq_global,
+               (size_t)src->model->hp.rope_global.n_rot / 2 * sizeof(float)))
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "pkv_session_copy needs sessions with the same RoPE (LongRoPE: both context lengths on the "
+                        "same side of the original context %d)", src->model->hp.n_ctx_orig);
     if (press && press->ops) {
         if (pkv_press_cfg_check(press, err)) return -1;
         if (!src->probes_ok)

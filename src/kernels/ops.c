@@ -372,6 +372,9 @@ enum { ROPE_MAX_PAIRS = 512 };
 void pkv_rope(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos, const pkv_rope_params *p,
               const float *inv_freq) {
     const int half = p->n_rot / 2;
+    /* the rotated dims are scaled by attn_factor, the copied ones are not
+     * (docs/engine.md §5.3); by 1.0 exactly when the file states none */
+    const double mscale = p->attn_factor > 0.0f ? (double)p->attn_factor : 1.0;
     double c[ROPE_MAX_PAIRS], s[ROPE_MAX_PAIRS], c_step[ROPE_MAX_PAIRS], s_step[ROPE_MAX_PAIRS];
     const bool recur = half <= ROPE_MAX_PAIRS;
     if (recur)
@@ -392,7 +395,7 @@ void pkv_rope(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos
                 st = sin(theta);
             }
             if (recur) c[i] = ct, s[i] = st;
-            const float cs = (float)ct, sn = (float)st;
+            const float cs = (float)(ct * mscale), sn = (float)(st * mscale);
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((int64_t)t * n_heads + h) * head_dim;
                 int a = p->mode == PKV_ROPE_NEOX ? i : 2 * i;

@@ -72,6 +72,8 @@ typedef struct {
     float base;            /* theta base */
     float freq_scale;      /* linear scaling: 1/factor */
     const float *freq_factors; /* rope_freqs.weight (n_rot/2) or NULL: theta_i /= ff_i */
+    float attn_factor;     /* multiplies cos and sin (rope.scaling.attn_factor, LongRoPE's
+                              magnitude scale); 0 means 1, so a zeroed set is plain RoPE */
 } pkv_rope_params;
 
 /* Precomputed inverse frequencies theta_i / pos for one parameter set. */
