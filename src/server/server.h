@@ -36,6 +36,9 @@ typedef struct {
     const char *const *press_values;
     int n_press_opts;
     bool protect_system;
+    /* stored contexts (docs/server.md "Stored contexts") */
+    uint64_t ctx_mem;          /* bytes all stored contexts may hold */
+    const char *ctx_dir;       /* NULL: not persisted; else saved there and reloaded at start */
 } pkv_server_opts;
 
 void pkv_server_opts_default(pkv_server_opts *opts);
