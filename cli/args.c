@@ -173,8 +173,12 @@ void cli_model_id(const char *path, char *out, size_t len) {
 }
 
 pkv_model *cli_load_model(const char *cmd, const char *path, pkv_simd simd) {
+    return cli_load_model_chat(cmd, path, simd, NULL);
+}
+
+pkv_model *cli_load_model_chat(const char *cmd, const char *path, pkv_simd simd, const char *chat_template) {
     pkv_error err;
-    pkv_load_opts lo = {.simd = simd};
+    pkv_load_opts lo = {.simd = simd, .chat_template = chat_template};
     pkv_model *m = pkv_model_load(path, &lo, &err);
     if (!m) cli_error(cmd, "%s", err.msg);
     return m;

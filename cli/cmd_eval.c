@@ -416,12 +416,12 @@ int cmd_eval(int argc, char **argv) {
     else
         snprintf(rows_path, sizeof rows_path, "%s", results);
 
-    model = cli_load_model("eval", a.model_path, a.simd);
+    model = cli_load_model_chat("eval", a.model_path, a.simd, a.chat_template);
     if (ranks_max(model ? 0 : 1)) {
         exit_code = EXIT_RUNTIME;
         goto done;
     }
-    if (a.chat < 0) a.chat = pkv_model_has_chat_template(model) ? 1 : 0;
+    if (a.chat < 0) a.chat = a.chat_template || pkv_model_has_chat_template(model) ? 1 : 0;
     /* rank 0 prepares the directory; everyone then reads what is done */
     int status = rk.rank == 0 ? (prepare_dir(&a, name, command, &plan) ? 1 : 0) : 0;
     if (ranks_max(status)) {

@@ -15,12 +15,20 @@ static const char INFO_USAGE[] =
 
 static double mib(uint64_t b) { return b / 1048576.0; }
 
+/* "llama, qwen2, ..." from the library's list */
+static void print_architectures(FILE *out) {
+    fputs("Supported architectures (general.architecture):", out);
+    for (int i = 0; pkv_supported_arch(i); i++) fprintf(out, "%s %s", i ? "," : "", pkv_supported_arch(i));
+    fputc('\n', out);
+}
+
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     bool tensors = false, meta = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(INFO_USAGE, stdout);
+            print_architectures(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--tensors")) tensors = true;
         else if (!strcmp(argv[i], "--meta")) meta = true;
@@ -51,6 +59,13 @@ int cmd_info(int argc, char **argv) {
            mi.n_head / mi.n_head_kv, mi.head_dim);
     printf("vocabulary:     %d (%s tokenizer)\n", mi.n_vocab, mi.tokenizer);
     printf("context:        %d (trained)\n", mi.n_ctx_train);
+    if (!strcmp(mi.rope_scaling, "longrope"))
+        printf("rope scaling:   longrope, original context %d (long factors when --ctx-size > %d)\n", mi.n_ctx_orig,
+               mi.n_ctx_orig);
+    else
+        printf("rope scaling:   %s\n", mi.rope_scaling);
+    printf("chat format:    %s%s\n", pkv_model_chat_format(m),
+           pkv_model_has_chat_template(m) ? " (from tokenizer.chat_template)" : "");
     printf("simd:           %s\n", pkv_simd_name(pkv_simd_detect()));
 
     /* tensor types: count and bytes per type */

@@ -16,7 +16,7 @@ static const char RUN_USAGE[] =
     "Reads the prompt, prefills it, and streams the completion to stdout.\n"
     "Statistics (prompt tokens, prefill and decode tok/s, KV-cache bytes) go to stderr.\n"
     "\n"
-    "  -m, --model PATH      GGUF model (llama, qwen2, gemma3)\n"
+    "  -m, --model PATH      GGUF model (llama, qwen2, qwen3, gemma3, phi3)\n"
     "  -p, --prompt TEXT     prompt text\n"
     "  -f, --file PATH       read the prompt from a file\n"
     "  -n, --n-predict N     tokens to generate (default 128; stops earlier at end of generation)\n"
@@ -25,6 +25,8 @@ static const char RUN_USAGE[] =
     "  -b, --batch N         prefill chunk in tokens (default 512)\n"
     "      --chat            format the prompt as a user turn with the model's chat template\n"
     "      --system TEXT     system prompt (with --chat)\n"
+    "      --chat-template T the chat format instead of the one detected in the model's template: a name\n"
+    "                        (chatml, llama2, llama3, mistral-v7, phi3, gemma, deepseek3, ...) or a template text\n"
     "      --temp T          temperature (default 0: greedy)\n"
     "      --top-k K         keep the K most likely tokens (0: off)\n"
     "      --top-p P         nucleus sampling (1: off)\n"
@@ -161,7 +163,7 @@ int cmd_run(int argc, char **argv) {
 
     pkv_press_cfg *press = press_args_build(&a.press, "run");
     if (!press) return EXIT_USAGE;
-    pkv_model *model = cli_load_model("run", a.engine.model_path, a.engine.simd);
+    pkv_model *model = cli_load_model_chat("run", a.engine.model_path, a.engine.simd, a.engine.chat_template);
     char *context = model ? read_text_arg("run", a.prompt, a.prompt_file) : NULL;
     char *question = context ? read_text_arg("run", a.question, a.question_file) : NULL;
     pkv_session *s = NULL;

@@ -40,6 +40,8 @@ static const char SERVE_USAGE[] =
     "      --drain-timeout S   seconds SIGTERM waits for running requests (default 60)\n"
     "      --cache-type T      f16 (default) or f32\n"
     "      --simd L            auto, scalar, avx2, avx512 (default auto)\n"
+    "      --chat-template T   the chat format of /v1/chat/completions instead of the one detected in the\n"
+    "                          model's template: a name (chatml, llama3, mistral-v7, ...) or a template text\n"
     "      --quiet             no line per request on stderr\n"
     "  -h, --help              this help (and --help-press for every press and its options)\n";
 
@@ -130,7 +132,7 @@ int cmd_serve(int argc, char **argv) {
     cli_model_id(a.engine.model_path, model_id, sizeof model_id);
     a.opts.model_id = a.alias ? a.alias : model_id;
 
-    pkv_model *model = cli_load_model("serve", a.engine.model_path, a.engine.simd);
+    pkv_model *model = cli_load_model_chat("serve", a.engine.model_path, a.engine.simd, a.engine.chat_template);
     if (!model) return EXIT_RUNTIME;
     pkv_model_info info;
     pkv_model_get_info(model, &info);

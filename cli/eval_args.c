@@ -3,12 +3,13 @@
 #include "eval_args.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
-#include "press_args.h"
+#include "flags.h"
 #include "eval/json.h"
 #include "eval/text.h"
 
@@ -43,6 +44,8 @@ static const char EVAL_USAGE[] =
     "      --press-opt K=V    an option for every press that has it; PRESS.K=V for one press\n"
     "      --chat auto|on|off prompts in the model's chat template (auto: when the GGUF carries\n"
     "                         tokenizer.chat_template, as for instruct models)\n"
+    "      --chat-template T  the chat format instead of the model's: a name (chatml, llama3, ...) or a\n"
+    "                         template text (--chat auto is then on)\n"
     "      --agree-k K        generated tokens compared with the full cache (default 8, 0: off)\n"
     "      --seed S           base seed of the generators (default 0)\n"
     "  -o, --out DIR          output directory (default eval-out)\n"
@@ -125,9 +128,9 @@ static int add_task(eval_args *a, const pkv_eval_task *t) {
     return 0;
 }
 
-static int parse_tasks(eval_args *a, const char *s) {
+static int parse_tasks(eval_args *a, const char *flag, const char *s) {
     char items[MAX_LIST][96];
-    int n = split_list("eval", "--tasks", s, items, MAX_LIST);
+    int n = split_list("eval", flag, s, items, MAX_LIST);
     if (n < 0) return -1;
     a->n_tasks = 0;
     for (int i = 0; i < n; i++) {
@@ -153,7 +156,7 @@ static int parse_tasks(eval_args *a, const char *s) {
     return 0;
 }
 
-static bool is_listed_n(const char (*names)[32], int n, const char *name) {
+static bool is_listed(const char (*names)[32], int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (!strcmp(names[i], name)) return true;
     return false;
@@ -196,7 +199,7 @@ static int parse_press_item(eval_args *a, const char *item) {
         }
         o = next ? next : o + 1 + len;
     }
-    if (is_listed_n(a->presses, a->n_presses, label)) {
+    if (is_listed(a->presses, a->n_presses, label)) {
         cli_error("eval", "--press: '%s' is listed twice (give variants their own LABEL=PRESS:...)", label);
         return -1;
     }
@@ -207,9 +210,9 @@ static int parse_press_item(eval_args *a, const char *item) {
     return 0;
 }
 
-static int parse_presses(eval_args *a, const char *s) {
+static int parse_presses(eval_args *a, const char *flag, const char *s) {
     char items[MAX_LIST][96];
-    int n = split_list("eval", "--press", s, items, MAX_LIST);
+    int n = split_list("eval", flag, s, items, MAX_LIST);
     if (n < 0) return -1;
     a->n_presses = 0;
     for (int i = 0; i < n; i++)
@@ -218,16 +221,14 @@ static int parse_presses(eval_args *a, const char *s) {
 }
 
 /* --ratio-presses: names only; that each one is in --press is checked once all flags are read. */
-static int parse_ratio_presses(eval_args *a, const char *s) {
+static int parse_ratio_presses(eval_args *a, const char *flag, const char *s) {
     char items[MAX_LIST][96];
-    int n = split_list("eval", "--ratio-presses", s, items, MAX_LIST);
+    int n = split_list("eval", flag, s, items, MAX_LIST);
     if (n < 0) return -1;
     for (int i = 0; i < n; i++) snprintf(a->ratio_presses[i], sizeof a->ratio_presses[0], "%.31s", items[i]);
     a->n_ratio_presses = n;
     return 0;
 }
-
-static bool is_listed(const char (*names)[32], int n, const char *name) { return is_listed_n(names, n, name); }
 
 /* Whether a press runs at the ratios as well as at the budgets. */
 bool eval_runs_ratios(const eval_args *a, const char *press) {
@@ -263,7 +264,7 @@ static void defaults(eval_args *a) {
     a->grid_samples = 1;
     const char *name, *summary;
     for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++) {
-        if (pkv_press_reconstructs(name)) continue; /* about twice a prefill per config: only when named */
+        if (pkv_press_reconstructs(name)) continue; /* prefills again for every config: only when named */
         snprintf(a->presses[a->n_presses], sizeof a->presses[0], "%.31s", name);
         snprintf(a->press_base[a->n_presses++], sizeof a->press_base[0], "%.31s", name);
     }
@@ -288,140 +289,138 @@ static void list_tasks(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the flags */
+
+/* The flags a table says (cli/flags.h), then those that take lists or fill
+ * two fields (list_flag). */
+static const cli_flag EVAL_FLAGS[] = {
+    {"--model", "-m", CLI_TEXT, offsetof(eval_args, model_path), 0, 0, NULL},
+    {"--out", "-o", CLI_TEXT, offsetof(eval_args, out_dir), 0, 0, NULL},
+    {"--samples", NULL, CLI_INT, offsetof(eval_args, samples), 1, 100000, NULL},
+    {"--niah-samples", NULL, CLI_INT, offsetof(eval_args, grid_samples), 1, 100000, NULL},
+    {"--chat-template", NULL, CLI_TEXT, offsetof(eval_args, chat_template), 0, 0, NULL},
+    {"--agree-k", NULL, CLI_INT, offsetof(eval_args, agree_k), 0, 4096, NULL},
+    {"--seed", NULL, CLI_U64, offsetof(eval_args, seed), 0, 0, NULL},
+    {"--resume", NULL, CLI_TRUE, offsetof(eval_args, resume), 0, 0, NULL},
+    {"--force", NULL, CLI_TRUE, offsetof(eval_args, force), 0, 0, NULL},
+    {"--report-only", NULL, CLI_TRUE, offsetof(eval_args, report_only), 0, 0, NULL},
+    {"--threads", "-t", CLI_INT, offsetof(eval_args, threads), 1, 1024, NULL},
+    {"--simd", NULL, CLI_SIMD, offsetof(eval_args, simd), 0, 0, NULL},
+    {NULL, NULL, 0, 0, 0, 0, NULL},
+};
+
+static int parse_lengths(eval_args *a, const char *f, const char *v) {
+    return (a->n_lengths = int_list(f, v, 64, 1 << 20, a->lengths)) < 0 ? -1 : 0;
+}
+
+static int parse_grid_lengths(eval_args *a, const char *f, const char *v) {
+    return (a->n_grid_lengths = int_list(f, v, 64, 1 << 20, a->grid_lengths)) < 0 ? -1 : 0;
+}
+
+static int parse_grid_depths(eval_args *a, const char *f, const char *v) {
+    return (a->n_grid_depths = float_list(f, v, 0.0, 100.0, a->grid_depths)) < 0 ? -1 : 0;
+}
+
+static int parse_budgets(eval_args *a, const char *f, const char *v) {
+    if (!strcmp(v, "none")) a->n_budgets = 0;
+    else if ((a->n_budgets = int_list(f, v, 1, 1 << 24, a->budgets)) < 0) return -1;
+    return 0;
+}
+
+static int parse_ratios(eval_args *a, const char *f, const char *v) {
+    if (!strcmp(v, "none")) a->n_ratios = 0;
+    else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0) return -1;
+    return 0;
+}
+
+static int parse_modes(eval_args *a, const char *f, const char *v) {
+    char items[4][96];
+    int k = split_list("eval", f, v, items, 4);
+    if (k < 0) return -1;
+    a->n_modes = 0;
+    for (int j = 0; j < k; j++) {
+        pkv_eval_mode m;
+        if (!strcmp(items[j], "query_agnostic"))
+            m = PKV_EVAL_QUERY_AGNOSTIC;
+        else if (!strcmp(items[j], "query_aware"))
+            m = PKV_EVAL_QUERY_AWARE;
+        else {
+            cli_error("eval", "--mode must be query_agnostic and/or query_aware, got '%s'", items[j]);
+            return -1;
+        }
+        bool dup = false;
+        for (int d = 0; d < a->n_modes; d++) dup |= a->modes[d] == m;
+        if (!dup) a->modes[a->n_modes++] = m;
+    }
+    return 0;
+}
+
+/* --window sets the window the budgets are checked against and is an option of every press. */
+static int parse_window(eval_args *a, const char *f, const char *v) {
+    long n;
+    if (!cli_int("eval", f, v, 1, 1 << 20, &n)) return -1;
+    a->window = (int)n;
+    return add_opt(a, "window", v);
+}
+
+/* --kernel K and --pool P: the press option of that name */
+static int parse_press_flag(eval_args *a, const char *f, const char *v) { return add_opt(a, f + 2, v); }
+
+static int parse_press_opt(eval_args *a, const char *f, const char *v) { return add_opt(a, NULL, v); }
+
+static int parse_chat(eval_args *a, const char *f, const char *v) {
+    if (!strcmp(v, "auto")) a->chat = -1;
+    else if (!strcmp(v, "on")) a->chat = 1;
+    else if (!strcmp(v, "off")) a->chat = 0;
+    else {
+        cli_error("eval", "--chat must be auto, on or off, got '%s'", v);
+        return -1;
+    }
+    return 0;
+}
+
+static const struct {
+    const char *flag;
+    int (*parse)(eval_args *a, const char *flag, const char *value);
+} LIST_FLAGS[] = {
+    {"--tasks", parse_tasks},
+    {"--lengths", parse_lengths},
+    {"--niah-lengths", parse_grid_lengths},
+    {"--niah-depths", parse_grid_depths},
+    {"--press", parse_presses},
+    {"--budgets", parse_budgets},
+    {"--ratios", parse_ratios},
+    {"--ratio-presses", parse_ratio_presses},
+    {"--mode", parse_modes},
+    {"--window", parse_window},
+    {"--kernel", parse_press_flag},
+    {"--pool", parse_press_flag},
+    {"--press-opt", parse_press_opt},
+    {"--chat", parse_chat},
+};
+
+/* cli_parse_command's extra: --list-tasks, and the flags of LIST_FLAGS. */
+static int list_flag(void *args, int argc, char **argv, int *i) {
+    const char *f = argv[*i];
+    if (!strcmp(f, "--list-tasks")) {
+        list_tasks();
+        return CLI_FLAG_DONE;
+    }
+    for (size_t k = 0; k < sizeof LIST_FLAGS / sizeof LIST_FLAGS[0]; k++) {
+        if (strcmp(f, LIST_FLAGS[k].flag)) continue;
+        const char *v = cli_value("eval", argc, argv, i);
+        return v && !LIST_FLAGS[k].parse(args, f, v) ? 1 : -1;
+    }
+    return 0;
+}
+
 int eval_parse_args(int argc, char **argv, eval_args *a) {
     const char *cmd = "eval";
     defaults(a);
-    bool tasks_given = false;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v;
-        long n;
-#define VALUE()                                                                                                        \
-    if (!(v = cli_value(cmd, argc, argv, &i))) return -1
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            fputs(EVAL_USAGE, stdout);
-            return 1;
-        } else if (!strcmp(f, "--help-press")) {
-            /* the presses' options, spelled here as --press-opt K=V or PRESS.K=V */
-            press_args_usage(stdout);
-            return 1;
-        } else if (!strcmp(f, "--list-tasks")) {
-            list_tasks();
-            return 1;
-        } else if (!strcmp(f, "-m") || !strcmp(f, "--model")) {
-            VALUE();
-            a->model_path = v;
-        } else if (!strcmp(f, "-o") || !strcmp(f, "--out")) {
-            VALUE();
-            a->out_dir = v;
-        } else if (!strcmp(f, "--tasks")) {
-            VALUE();
-            if (parse_tasks(a, v)) return -1;
-            tasks_given = true;
-        } else if (!strcmp(f, "--lengths")) {
-            VALUE();
-            if ((a->n_lengths = int_list(f, v, 64, 1 << 20, a->lengths)) < 0) return -1;
-        } else if (!strcmp(f, "--samples")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 100000, &n)) return -1;
-            a->samples = (int)n;
-        } else if (!strcmp(f, "--niah-lengths")) {
-            VALUE();
-            if ((a->n_grid_lengths = int_list(f, v, 64, 1 << 20, a->grid_lengths)) < 0) return -1;
-        } else if (!strcmp(f, "--niah-depths")) {
-            VALUE();
-            if ((a->n_grid_depths = float_list(f, v, 0.0, 100.0, a->grid_depths)) < 0) return -1;
-        } else if (!strcmp(f, "--niah-samples")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 100000, &n)) return -1;
-            a->grid_samples = (int)n;
-        } else if (!strcmp(f, "--press")) {
-            VALUE();
-            if (parse_presses(a, v)) return -1;
-        } else if (!strcmp(f, "--budgets")) {
-            VALUE();
-            if (!strcmp(v, "none"))
-                a->n_budgets = 0;
-            else if ((a->n_budgets = int_list(f, v, 1, 1 << 24, a->budgets)) < 0)
-                return -1;
-        } else if (!strcmp(f, "--ratios")) {
-            VALUE();
-            if (!strcmp(v, "none"))
-                a->n_ratios = 0;
-            else if ((a->n_ratios = float_list(f, v, 0.0, 0.999999, a->ratios)) < 0)
-                return -1;
-        } else if (!strcmp(f, "--ratio-presses")) {
-            VALUE();
-            if (parse_ratio_presses(a, v)) return -1;
-        } else if (!strcmp(f, "--mode")) {
-            VALUE();
-            char items[4][96];
-            int k = split_list(cmd, f, v, items, 4);
-            if (k < 0) return -1;
-            a->n_modes = 0;
-            for (int j = 0; j < k; j++) {
-                pkv_eval_mode m;
-                if (!strcmp(items[j], "query_agnostic"))
-                    m = PKV_EVAL_QUERY_AGNOSTIC;
-                else if (!strcmp(items[j], "query_aware"))
-                    m = PKV_EVAL_QUERY_AWARE;
-                else {
-                    cli_error(cmd, "--mode must be query_agnostic and/or query_aware, got '%s'", items[j]);
-                    return -1;
-                }
-                bool dup = false;
-                for (int d = 0; d < a->n_modes; d++) dup |= a->modes[d] == m;
-                if (!dup) a->modes[a->n_modes++] = m;
-            }
-        } else if (!strcmp(f, "--window")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return -1;
-            a->window = (int)n;
-            if (add_opt(a, "window", v)) return -1;
-        } else if (!strcmp(f, "--kernel") || !strcmp(f, "--pool")) {
-            VALUE();
-            if (add_opt(a, f + 2, v)) return -1;
-        } else if (!strcmp(f, "--press-opt")) {
-            VALUE();
-            if (add_opt(a, NULL, v)) return -1;
-        } else if (!strcmp(f, "--chat")) {
-            VALUE();
-            if (!strcmp(v, "auto"))
-                a->chat = -1;
-            else if (!strcmp(v, "on"))
-                a->chat = 1;
-            else if (!strcmp(v, "off"))
-                a->chat = 0;
-            else {
-                cli_error(cmd, "--chat must be auto, on or off, got '%s'", v);
-                return -1;
-            }
-        } else if (!strcmp(f, "--agree-k")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 0, 4096, &n)) return -1;
-            a->agree_k = (int)n;
-        } else if (!strcmp(f, "--seed")) {
-            VALUE();
-            if (!cli_u64(cmd, f, v, &a->seed)) return -1;
-        } else if (!strcmp(f, "--resume")) {
-            a->resume = true;
-        } else if (!strcmp(f, "--force")) {
-            a->force = true;
-        } else if (!strcmp(f, "--report-only")) {
-            a->report_only = true;
-        } else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) {
-            VALUE();
-            if (!cli_int(cmd, f, v, 1, 1024, &n)) return -1;
-            a->threads = (int)n;
-        } else if (!strcmp(f, "--simd")) {
-            VALUE();
-            if (!cli_simd(cmd, v, &a->simd)) return -1;
-        } else {
-            cli_error(cmd, "unknown option '%s' (see promptkv eval --help)", f);
-            return -1;
-        }
-#undef VALUE
-    }
-    if (!tasks_given && parse_tasks(a, "tier1")) return -1;
+    int rc = cli_parse_command(cmd, EVAL_USAGE, true, NULL, NULL, EVAL_FLAGS, a, list_flag, false, argc, argv);
+    if (rc) return rc;
+    /* --tasks leaves at least one task */
+    if (!a->n_tasks && parse_tasks(a, "--tasks", "tier1")) return -1;
     if (!a->model_path && !a->report_only) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;

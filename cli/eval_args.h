@@ -41,6 +41,7 @@ typedef struct {
     uint64_t seed;
     bool resume, force, report_only;
     int chat; /* -1 auto (when the file has a chat template), 0 off, 1 on */
+    const char *chat_template; /* --chat-template: the chat format's name or a template text; NULL: the model's */
     int threads;
     pkv_simd simd;
 } eval_args;

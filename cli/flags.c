@@ -12,6 +12,7 @@ const cli_flag CLI_ENGINE_FLAGS[] = {
     {"--batch", "-b", CLI_INT, offsetof(cli_engine_args, n_batch), 1, 1 << 20, NULL},
     {"--cache-type", NULL, CLI_CACHE_TYPE, offsetof(cli_engine_args, cache_type), 0, 0, NULL},
     {"--simd", NULL, CLI_SIMD, offsetof(cli_engine_args, simd), 0, 0, NULL},
+    {"--chat-template", NULL, CLI_TEXT, offsetof(cli_engine_args, chat_template), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -66,7 +67,7 @@ int cli_flag_parse(const char *cmd, const cli_flag *table, void *args, int argc,
 
 int cli_command_flag(const char *cmd, cli_engine_args *engine, const cli_flag *own, void *args, int argc,
                      char **argv, int *i) {
-    int rc = cli_flag_parse(cmd, CLI_ENGINE_FLAGS, engine, argc, argv, i);
+    int rc = engine ? cli_flag_parse(cmd, CLI_ENGINE_FLAGS, engine, argc, argv, i) : 0;
     return rc ? rc : cli_flag_parse(cmd, own, args, argc, argv, i);
 }
 
@@ -78,13 +79,14 @@ int cli_parse_command(const char *cmd, const char *usage, bool help_press, struc
         const char *f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help") || (help_press && !strcmp(f, "--help-press"))) {
             fputs(usage, stdout);
-            press_args_usage(stdout);
+            if (pa || !strcmp(f, "--help-press")) press_args_usage(stdout); /* eval lists the presses too */
             return 1;
         }
-        int rc = press_args_parse(pa, cmd, argc, argv, &i);
+        int rc = pa ? press_args_parse(pa, cmd, argc, argv, &i) : 0;
         if (rc == 0) rc = cli_command_flag(cmd, engine, own, args, argc, argv, &i);
         if (rc == 0 && extra) rc = extra(args, argc, argv, &i);
         if (rc < 0) return -1;
+        if (rc == CLI_FLAG_DONE) return 1;
         if (rc == 0) {
             if (unknown_takes_value && !cli_value(cmd, argc, argv, &i)) return -1;
             cli_error(cmd, "unknown option '%s' (see promptkv %s --help)", f, cmd);

@@ -46,22 +46,29 @@ typedef struct {
     int n_batch;    /* 0: the library's default */
     pkv_cache_type cache_type;
     pkv_simd simd;
+    const char *chat_template; /* --chat-template: a chat format's name or a template text; NULL: the model's */
 } cli_engine_args;
 
-/* -m/--model, -t/--threads, -b/--batch, --cache-type, --simd */
+/* -m/--model, -t/--threads, -b/--batch, --cache-type, --simd, --chat-template */
 extern const cli_flag CLI_ENGINE_FLAGS[];
 
-/* Parses argv[*i] with the shared flags into engine, then the command's own
- * table into args: 1, 0 or -1 as cli_flag_parse. */
+/* Parses argv[*i] with the shared flags into engine (when not NULL), then the
+ * command's own table into args: 1, 0 or -1 as cli_flag_parse. */
 int cli_command_flag(const char *cmd, cli_engine_args *engine, const cli_flag *own, void *args, int argc,
                      char **argv, int *i);
+
+/* What extra returns for a flag that printed what it was asked for (eval's
+ * --list-tasks): the command ends there, as after --help. */
+enum { CLI_FLAG_DONE = 2 };
 
 /* A command's whole argument list: -h/--help (and --help-press when
  * help_press) print usage and the press options; then the press flags, the
  * shared flags, the command's own table and, when not NULL, extra (flags a
- * table cannot say: 1, 0 or -1 as cli_flag_parse). An unknown flag is an
+ * table cannot say: 1, 0 or -1 as cli_flag_parse, or CLI_FLAG_DONE). pa and
+ * engine may be NULL for a command that takes no press flags (then no press
+ * options are printed) or none of the shared flags. An unknown flag is an
  * error (after its value, when unknown_takes_value). Returns 0, 1 when the
- * usage was printed, -1 with an error printed. */
+ * usage was printed (or extra said CLI_FLAG_DONE), -1 with an error printed. */
 struct press_args;
 int cli_parse_command(const char *cmd, const char *usage, bool help_press, struct press_args *pa,
                       cli_engine_args *engine, const cli_flag *own, void *args,

@@ -1,7 +1,6 @@
 /*
  * libFuzzer target for the chat formatter and prompt assembly: random
- * conversations through the three template families (Gemma 3, Llama 3,
- * ChatML), then the same texts through pkv_prompt_tokenize with the tiny
+ * conversations through every chat family (text/chat.h), then the same texts through pkv_prompt_tokenize with the tiny
  * Gemma 3 (Gemma template) and tiny Qwen2 (ChatML) models. Input: one byte
  * choosing the family and whether a default system prompt is given, then
  * messages separated by NUL bytes, each starting with a byte choosing its
@@ -12,9 +11,10 @@
  *
  * Invariants (__builtin_trap): a rendering is NUL-terminated and as long as
  * returned; a buffer too small holds a NUL-terminated prefix of it and the
- * same length is returned; system_end lies inside it; every message's content
- * (trimmed as the family trims it) is in it, except a Gemma system message
- * with no turn after it (the template drops it); a failure is a one-line
+ * same length is returned; system_end lies inside it; in the families that
+ * write every message (ChatML, Llama 3, Gemma, EXAONE) every message's
+ * content (trimmed as the family trims it) is in it, except a Gemma system
+ * message with no turn after it (the template drops it); a failure is a one-line
  * message. Prompt assembly: the segment boundaries are in order and inside
  * the tokens, every id is in the vocabulary, and assembling twice gives the
  * same tokens.
@@ -35,7 +35,6 @@
 
 enum { MAX_MESSAGES = 16 };
 
-static const pkv_chat_family FAMILIES[3] = {PKV_CHAT_GEMMA, PKV_CHAT_LLAMA3, PKV_CHAT_CHATML};
 static const char *const ROLES[4] = {"system", "user", "assistant", "tool"};
 
 static pkv_model *g_gemma, *g_qwen; /* loaded once: the fuzzer's only state */
@@ -71,14 +70,14 @@ static const char *trimmed(const char *s, size_t *len) {
     return s;
 }
 
-static void check_render(pkv_chat_family family, const char *default_system, const pkv_chat_message *msgs, int n) {
+static void check_render(const pkv_chat_style *st, const pkv_chat_message *msgs, int n) {
     size_t cap = 4096;
     for (int i = 0; i < n; i++) cap += strlen(msgs[i].content) + strlen(msgs[i].role) + 64;
     char *buf = malloc(cap);
     REQUIRE(buf);
     pkv_error err = {PKV_OK, ""};
     int system_end = -1;
-    int len = pkv_chat_render(family, NULL, default_system, msgs, n, buf, (int)cap, &system_end, &err);
+    int len = pkv_chat_render(st, msgs, n, buf, (int)cap, &system_end, &err);
     if (len < 0) {
         REQUIRE(err.msg[0] && !strchr(err.msg, '\n'));
         free(buf);
@@ -89,15 +88,18 @@ static void check_render(pkv_chat_family family, const char *default_system, con
     for (int i = 0; i < n; i++) {
         size_t tl;
         const char *t = trimmed(msgs[i].content, &tl);
-        bool dropped = family == PKV_CHAT_GEMMA && i == 0 && n == 1 && !strcmp(msgs[0].role, "system");
-        if (tl && !dropped) REQUIRE(memmem(buf, (size_t)len, t, tl) != NULL);
+        /* families that write every message (others drop roles they do not know) */
+        bool writes_all = st->family == PKV_CHAT_CHATML || st->family == PKV_CHAT_LLAMA3 ||
+                          st->family == PKV_CHAT_GEMMA || st->family == PKV_CHAT_EXAONE3;
+        bool dropped = st->family == PKV_CHAT_GEMMA && i == 0 && n == 1 && !strcmp(msgs[0].role, "system");
+        if (tl && writes_all && !dropped) REQUIRE(memmem(buf, (size_t)len, t, tl) != NULL);
     }
     /* a buffer too small: a NUL-terminated prefix, the full length returned */
     int small = len / 2 + 1;
     char *part = malloc((size_t)small);
     REQUIRE(part);
     int again_end = -1;
-    REQUIRE(pkv_chat_render(family, NULL, default_system, msgs, n, part, small, &again_end, &err) == len);
+    REQUIRE(pkv_chat_render(st, msgs, n, part, small, &again_end, &err) == len);
     REQUIRE(again_end == system_end && strlen(part) == (size_t)(small - 1) && !memcmp(part, buf, (size_t)small - 1));
     free(part);
     free(buf);
@@ -122,8 +124,13 @@ static void check_prompt(const pkv_model *m, const pkv_prompt_parts *parts) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
-    pkv_chat_family family = FAMILIES[data[0] % 3];
-    const char *default_system = data[0] & 0x10 ? "Be brief." : NULL;
+    pkv_chat_style st;
+    pkv_chat_family_named(pkv_chat_family_name((pkv_chat_family)(1 + data[0] % (PKV_CHAT_N_FAMILIES - 1))), &st);
+    pkv_chat_style_default_tokens(&st);
+    if (data[0] & 0x10) {
+        st.has_default_system = true;
+        strcpy(st.default_system, "Be brief.");
+    }
     /* a NUL-terminated copy; NUL bytes separate the messages */
     char *text = malloc(size);
     REQUIRE(text);
@@ -136,7 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (l > 0) msgs[n++] = (pkv_chat_message){ROLES[(unsigned char)text[off] % 4], text + off + 1};
         off += l + 1;
     }
-    if (n > 0) check_render(family, default_system, msgs, n);
+    if (n > 0) check_render(&st, msgs, n);
 
     /* the same texts as a prompt's parts: system, context, question, answer prefix */
     pkv_prompt_parts parts = {

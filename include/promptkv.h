@@ -58,13 +58,17 @@ typedef struct pkv_model pkv_model;
 
 typedef struct {
     pkv_simd simd; /* PKV_SIMD_AUTO unless forced (tests, benchmarks) */
+    /* NULL: the chat format from tokenizer.chat_template (else the
+     * architecture); or a format's name ("chatml", "llama3", "mistral-v7",
+     * ...) or a template text to detect it in; unknown fails the load. */
+    const char *chat_template;
 } pkv_load_opts;
 
 pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error *err);
 void pkv_model_free(pkv_model *model);
 
 typedef struct {
-    const char *arch;      /* general.architecture: "llama", "qwen2", "gemma3" */
+    const char *arch;      /* general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3" */
     const char *name;      /* general.name, or "" */
     int n_vocab;
     int n_ctx_train;
@@ -79,9 +83,15 @@ typedef struct {
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all tensors */
     const char *tokenizer; /* "spm" or "bpe" */
+    const char *rope_scaling; /* "none", "linear" or "longrope" (long factors when n_ctx > n_ctx_orig) */
+    int n_ctx_orig;        /* rope.scaling.original_context_length, else n_ctx_train */
 } pkv_model_info;
 
 void pkv_model_get_info(const pkv_model *model, pkv_model_info *info);
+
+/* The architectures (general.architecture values) the engine runs, for
+ * i = 0, 1, ...; NULL past the last. */
+const char *pkv_supported_arch(int i);
 
 /* The tensors of the file, for inspection (promptkv info). */
 typedef struct {
@@ -141,10 +151,11 @@ bool pkv_token_add_bos(const pkv_model *model);
 bool pkv_token_is_eog(const pkv_model *model, int32_t token);
 int pkv_n_vocab(const pkv_model *model);
 
-/* Chat formatting: render messages with the model's chat family (Gemma,
- * Llama 3, ChatML) and a generation prompt for the assistant. The template
- * is chosen from tokenizer.chat_template when present, else from the
- * architecture. The text starts with the BOS text where the family's
+/* Chat formatting: render messages as the model's chat template does, with
+ * a generation prompt for the assistant. The format (chatml, llama2,
+ * llama3, mistral, phi, gemma, deepseek, command-r, ... docs/engine.md §4.7)
+ * is the load option's, else detected in tokenizer.chat_template, else
+ * chosen by the architecture. The text starts with the BOS text where the family's
  * template does: tokenize it with add_special = false, parse_special = true.
  * Returns the full length (excluding NUL; the buffer holds a truncated copy
  * if it was too small) or -1. system_end (may be NULL) receives the byte
@@ -160,6 +171,8 @@ int pkv_chat_format(const pkv_model *model, const pkv_chat_message *messages, in
 /* True when the file carries tokenizer.chat_template (an instruct model:
  * front ends apply the chat format by default). */
 bool pkv_model_has_chat_template(const pkv_model *model);
+/* The chat format's name ("chatml", "llama3", ...; "none"). */
+const char *pkv_model_chat_format(const pkv_model *model);
 
 /* ---------------------------------------------------------------- prompts */
 
@@ -169,10 +182,10 @@ bool pkv_model_has_chat_template(const pkv_model *model);
  * template renders [system,] user = context + question and the assistant's
  * generation prompt; the template's text after the question (end of turn,
  * assistant header) goes with the answer prefix. A template that trims the
- * user's content (Gemma, Llama 3) trims the context's start and the
- * question's end here too. */
+ * user's content (Gemma, Llama 3, Command R) trims the context's start and
+ * the question's end here too (Llama 2 chat's first turn: the end only). */
 typedef struct {
-    const char *system;        /* NULL: none (chat only; ChatML then renders its default system prompt) */
+    const char *system;        /* NULL: none (chat only; a template with a default one, as Qwen's, renders it) */
     const char *context;
     const char *question;      /* NULL or "": none */
     const char *answer_prefix; /* NULL or "": none */

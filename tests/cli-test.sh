@@ -114,7 +114,15 @@ expect bos_outside_vocabulary 1 "tokenizer.ggml.bos_token_id = 512 is outside th
     "$bin" info "$tmp/bos.gguf"
 
 # crafted bad files (tools/make-bad-fixtures.py)
-expect unknown_arch 1 "unsupported architecture 'mamba'" -- "$bin" info tests/fixtures/bad/unknown-arch.gguf
+expect unknown_arch 1 "unsupported architecture 'mamba' \(supported: llama, qwen2, qwen3, gemma3, phi3\)" -- \
+    "$bin" info tests/fixtures/bad/unknown-arch.gguf
+expect_out info_lists_architectures 'Supported architectures \(general.architecture\): llama, qwen2, qwen3, gemma3, phi3' \
+    -- "$bin" info --help
+expect_out info_longrope 'rope scaling: +longrope, original context 32' -- \
+    "$bin" info tests/fixtures/models/tiny-phi3-su-f32.gguf
+# YaRN (Qwen3's long-context files) is refused naming the key and the value
+"$edit" tests/fixtures/models/tiny-qwen3-f32.gguf "$tmp/yarn.gguf" --set qwen3.rope.scaling.type str yarn
+expect yarn_refused 1 "key qwen3.rope.scaling.type = 'yarn' is not supported" -- "$bin" info "$tmp/yarn.gguf"
 expect unknown_quant_type 1 "type" -- "$bin" info tests/fixtures/bad/unknown-type.gguf
 expect absurd_dimension 1 "dim" -- "$bin" info tests/fixtures/bad/absurd-dim.gguf
 
@@ -203,6 +211,48 @@ expect_out demo_every_layer '^streamingllm \(baseline\) .* [0-9.]+ MiB +[0-9.]+ 
     demo tests/fixtures/models/tiny-qwen2-f32.gguf
 expect_out demo_sliding_layers 'full attention \(pressed\): 1 of 6; the other 5 are' -- \
     demo tests/fixtures/models/tiny-gemma3-f32.gguf CHAT=off
+
+# chat formats (docs/engine.md §4.7): a name or a template text with --chat-template, the template in the file
+expect chat_template_unknown 1 'chat template \(first line "nonsense"\) is not a format promptkv knows \(names: chatml, ' -- \
+    "$bin" run -m "$tiny" -p hi --chat --chat-template nonsense
+expect chat_no_format 1 "has no chat template and no known chat format; name one \(--chat-template\)" -- \
+    "$bin" run -m "$tiny" -p hi --chat
+"$edit" "$tiny" "$tmp/unknown-template.gguf" --set tokenizer.chat_template str \
+    $'{% for m in messages %}<|turn|>{{ m.content }}\n{% endfor %}'
+expect chat_gguf_unknown_template 1 'its chat template \(first line "\{% for m in messages %\}<\|turn\|>\{\{ m.content \}\}"\) is not' -- \
+    "$bin" run -m "$tmp/unknown-template.gguf" -p hi --chat
+expect chat_template_override_run 0 '^prompt tokens: +[0-9]+' -- \
+    "$bin" run -m "$tmp/unknown-template.gguf" -p hi --chat --chat-template gemma -n 1
+# the file's template (Llama 2 chat's, from tests/fixtures/chat/templates.ref) detected: run --chat feeds jinja2's
+# rendering, tokenized in its segments (system prompt, the user's text, the template's tail)
+fixture_field() { # TEMPLATE_KEY CASE LETTER: that line's field of templates.ref, unescaped to a file
+    awk -F'\t' -v key="$1" -v case_="$2" -v letter="$3" '
+        $1 == "T" { t = ($2 == key) } $1 == "C" { c = ($2 == case_) }
+        t && $1 == letter && (letter == "T" || c) { print (letter == "T" ? $4 : $2); exit }' tests/fixtures/chat/templates.ref
+}
+printf '%b' "$(fixture_field llama-2-chat x T)" > "$tmp/llama2.jinja"
+"$edit" "$tiny" "$tmp/llama2-chat.gguf" --set tokenizer.chat_template str "$(cat "$tmp/llama2.jinja")"
+expect_out chat_gguf_template_info 'chat format: +llama2-sys \(from tokenizer.chat_template\)' -- \
+    "$bin" info "$tmp/llama2-chat.gguf"
+printf '%b' "$(fixture_field llama-2-chat system_user E)" > "$tmp/want.txt"
+sys_end=$(fixture_field llama-2-chat system_user S)
+head -c "$sys_end" "$tmp/want.txt" > "$tmp/want-system.txt"
+user_at=$(( sys_end + $(tail -c +$((sys_end + 1)) "$tmp/want.txt" | grep -bo 'Hi there' | head -n1 | cut -d: -f1) ))
+tail -c +$((user_at + 1)) "$tmp/want.txt" | head -c 8 > "$tmp/want-user.txt"
+tail -c +$((user_at + 9)) "$tmp/want.txt" > "$tmp/want-tail.txt"
+n_want=0
+for part in system user tail; do
+    n_want=$((n_want + $("$bin" tokenize -m "$tmp/llama2-chat.gguf" --no-special -f "$tmp/want-$part.txt" | wc -w)))
+done
+got=$("$bin" run -m "$tmp/llama2-chat.gguf" --chat --system "You are terse." -p "Hi there" -n 1 2>&1 >/dev/null)
+if [ "$(cat "$tmp/want-user.txt")" = "Hi there" ] && printf '%s' "$got" | grep -Eq "^prompt tokens: +$n_want\$"; then
+    pass=$((pass + 1)); echo "ok   cli_chat_gguf_template_run"
+else
+    fail=$((fail + 1)); echo "FAIL cli_chat_gguf_template_run: want $n_want prompt tokens, got: $got"
+fi
+# the protected system prompt is the rendering's system block
+expect_out chat_gguf_template_protect '"system_end": [1-9]' -- "$bin" inspect -m "$tmp/llama2-chat.gguf" --chat \
+    --system "You are terse." -p "Hi there" --press snapkv --budget 40 --protect-system --json -
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

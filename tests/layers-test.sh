@@ -2,6 +2,8 @@
 # The layout's rules (docs/design.md "Layers"), checked on the sources:
 #   - a file includes only its own folder and the folders its layer may know,
 #     so every import runs down and no folder imports one above it;
+#   - inside a folder, no chain of includes leads from a file (with its
+#     header) back to itself;
 #   - the harness (eval, bench) and the server see the engine only through
 #     include/promptkv.h;
 #   - no source file is over 800 lines, generated tables aside.
@@ -73,6 +75,30 @@ for dir in src/*/ cli/; do
     done
 done
 report layers_includes_run_down "${upward%$'\n'}"
+
+# Inside a folder, includes run one way too: a file and its header are one
+# room (quant.c with quant.h), and no chain of includes leads from a room back
+# to itself (docs/design.md "Layers": the types several files share sit in a
+# header below them).
+loops=""
+for dir in src/*/ cli/; do
+    layer=$(basename "$dir")
+    edges=""
+    for f in "$dir"*.c "$dir"*.h; do
+        [ -e "$f" ] || continue
+        from=$(basename "${f%.*}")
+        while read -r inc; do
+            case "$inc" in
+            "$layer"/*) inc=${inc#"$layer"/} ;;
+            */* | promptkv.h | "") continue ;;
+            esac
+            [ -e "$dir$inc" ] && edges+="$from ${inc%.*}"$'\n'
+        done < <(includes "$f")
+    done
+    cycle=$(printf '%s' "$edges" | tsort 2>&1 >/dev/null | sed -n 's/^tsort: \([^ :-][^ :]*\)$/\1/p' | tr '\n' ' ')
+    [ -n "$cycle" ] && loops+="$dir: includes loop through ${cycle% }"$'\n'
+done
+report layers_includes_in_a_folder_run_one_way "${loops%$'\n'}"
 
 # the public header stands alone: it includes no header of the tree
 public=$(includes include/promptkv.h | sed 's/^/include\/promptkv.h includes /')

@@ -11,6 +11,7 @@ set -u
 bin=${1:-build/san/promptkv}
 edit=${2:-build/gguf-edit}
 fixtures="tiny-llama-f32 tiny-llama31-f32 tiny-qwen2-f32 tiny-gemma3-f32 tiny-llama-q4_0 tiny-llama-k-q4_k"
+fixtures+=" tiny-qwen3-f32 tiny-phi3-f32 tiny-phi3-su-f32"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0

@@ -752,6 +752,86 @@ def test_nan_model(tmpdir):
         check(s.stop() == 0, "exit code")
 
 
+def _template_fixture(key, case):
+    """The template text and the rendering of one conversation in tests/fixtures/chat/templates.ref
+    (jinja2's, tools/make-chat-fixtures.py): (template, messages, rendering, system_end)."""
+    def unescape(field):
+        return re.sub(rb"\\x([0-9a-f]{2})|\\\\", lambda m: bytes([int(m.group(1), 16)]) if m.group(1) else b"\\",
+                      field.encode()).decode("utf-8")
+    template, messages, in_template, in_case = None, [], False, False
+    with open("tests/fixtures/chat/templates.ref", encoding="ascii") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "T":
+                in_template = fields[1] == key
+                if in_template:
+                    template = unescape(fields[3])
+            elif fields[0] == "C":
+                in_case = in_template and fields[1] == case
+            elif in_case and fields[0] == "M":
+                messages.append({"role": fields[1], "content": unescape(fields[2]) if len(fields) > 2 else ""})
+            elif in_case and fields[0] == "E":
+                rendering = unescape(fields[1])
+            elif in_case and fields[0] == "S":
+                return template, messages, rendering, int(fields[1])
+    raise AssertionError(f"{key}/{case} not in templates.ref")
+
+
+def test_chat_template_from_gguf(tmpdir):
+    """The tiny Llama model (no template, no known chat format) with a real template in its
+    tokenizer.chat_template: /v1/chat/completions renders the conversation as jinja2 did, tokenized in
+    the segments prompt assembly splits it into (system prompt, the template up to the last user
+    message, that message, the tail); --chat-template overrides it; an unknown one is a 400 that quotes
+    its first line."""
+    edit = os.path.join(os.path.dirname(BIN), "gguf-edit")
+    if not os.path.exists(edit):
+        edit = "build/gguf-edit"
+    base = "tests/fixtures/models/tiny-llama-f32.gguf"
+    for key in ["llama-2-chat", "mistral-7b-v0.3", "phi-3.5-mini"]:
+        template, messages, rendering, system_end = _template_fixture(key, "multi_turn")
+        model = os.path.join(tmpdir, key + ".gguf")
+        subprocess.run([edit, base, model, "--set", "tokenizer.chat_template", "str", template], check=True)
+        question = messages[-1]["content"]
+        at = rendering.rindex(question)
+        cut = len(rendering.encode()[:system_end].decode())
+        pieces = [rendering[:cut], rendering[cut:at], question, rendering[at + len(question):]]
+        want = sum(len(subprocess.run([BIN, "tokenize", "-m", model, "--no-special", "-p", p], capture_output=True,
+                                      text=True, check=True).stdout.split()) for p in pieces if p)
+        s = Server(model, "--quiet")
+        try:
+            r = s.client.chat.completions.create(model="m", max_tokens=2, temperature=0, messages=messages)
+            check(r.usage.prompt_tokens == want, f"{key}: prompt_tokens {r.usage.prompt_tokens}, want {want}")
+            status, body = s.post("/v1/chat/completions", {"messages": messages, "max_tokens": 1,
+                                                           "kv_compression": {"press": "knorm", "budget": 40,
+                                                                              "protect_system": True}})
+            check(status == 200, f"{key}: protect_system {status} {body}")
+        finally:
+            check(s.stop() == 0, "exit code")
+    unknown = os.path.join(tmpdir, "unknown.gguf")
+    subprocess.run([edit, base, unknown, "--set", "tokenizer.chat_template", "str",
+                    "{% for m in messages %}<|turn|>{{ m.content }}\n{% endfor %}"], check=True)
+    s = Server(unknown, "--quiet")
+    try:
+        err = error_of(*s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}), 400,
+                       "invalid_value", "messages")
+        check('first line "{% for m in messages %}<|turn|>{{ m.content }}"' in err["message"], err["message"])
+    finally:
+        check(s.stop() == 0, "exit code")
+    s = Server(unknown, "--quiet", "--chat-template", "chatml")
+    try:
+        r = s.client.chat.completions.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "hi"}])
+        want = sum(cli_tokens_plain(unknown, p) for p in ["<|im_start|>user\n", "hi", "<|im_end|>\n<|im_start|>assistant\n"])
+        check(r.usage.prompt_tokens == want, f"chatml override: prompt_tokens {r.usage.prompt_tokens}, want {want}")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def cli_tokens_plain(model, text):
+    out = subprocess.run([BIN, "tokenize", "-m", model, "--no-special", "-p", text], capture_output=True, text=True,
+                         check=True)
+    return len(out.stdout.split())
+
+
 def test_real_queue_full(model):
     s = Server(model, "--slots", "1", "--queue", "1", "--quiet")
     socks = []
@@ -865,6 +945,7 @@ def main():
     run_test("default_press", test_default_press, TINY)
     with tempfile.TemporaryDirectory() as tmpdir:
         run_test("nan_model", test_nan_model, tmpdir)
+        run_test("chat_template_from_gguf", test_chat_template_from_gguf, tmpdir)
     run_test("kv_mem_too_big", test_kv_mem_too_big, TINY)
 
     if os.path.exists(REAL):

@@ -23,6 +23,7 @@
 #define TINY_LLAMA FIXTURE("models/tiny-llama-f32.gguf")
 #define TINY_LLAMA31 FIXTURE("models/tiny-llama31-f32.gguf")
 #define TINY_GEMMA FIXTURE("models/tiny-gemma3-f32.gguf")
+#define TINY_PHI3_SU FIXTURE("models/tiny-phi3-su-f32.gguf")
 
 static void temp_model_path(char *buf, size_t n, const char *tag) {
     const char *dir = getenv("TMPDIR");
@@ -183,6 +184,44 @@ TEST(hostile_rope_freqs_values_refused) {
     }
     remove(path);
     free(bytes);
+}
+
+/* LongRoPE's factor tensors divide each pair's frequency too (docs/engine.md
+ * §5.3): a bad element of either is refused, naming it. */
+TEST(hostile_longrope_factor_values_refused) {
+    const char *tensors[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    for (int ti = 0; ti < 2; ti++) {
+        size_t size, off;
+        uint64_t n;
+        char *bytes = fixture_tensor(TINY_PHI3_SU, tensors[ti], &size, &off, &n);
+        REQUIRE(bytes && n > 2);
+        off += 2 * sizeof(float);
+        const float bad[] = {NAN, INFINITY, 0.0f, -1.5f};
+        char path[512], want[64];
+        temp_model_path(path, sizeof path, "longrope");
+        snprintf(want, sizeof want, "%s[2]", tensors[ti]);
+        pkv_error err;
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            memcpy(bytes + off, &bad[i], sizeof(float));
+            if (!write_bytes(path, bytes, size)) break;
+            pkv_model *m = load(path, &err);
+            CHECK_MSG(!m && strstr(err.msg, want) && strstr(err.msg, "must be finite and > 0"), "%s = %g: %s", want,
+                      bad[i], m ? "loaded" : err.msg);
+            pkv_model_free(m);
+        }
+        remove(path);
+        free(bytes);
+    }
+}
+
+/* LongRoPE's magnitude scale multiplies cos and sin, and its original context
+ * decides between the factor sets: neither may be zero, negative or NaN. */
+TEST(hostile_phi3_rope_keys_refused_unless_positive) {
+    expect_positive_finite(TINY_PHI3_SU, "phi3.rope.scaling.attn_factor", 1.0f);
+    expect_refused(TINY_PHI3_SU, "phi3.rope.scaling.original_context_length",
+                   (gguf_value){.type = GGUF_VT_UINT32, .v.u = 0}, "must be > 0");
+    expect_loads(TINY_PHI3_SU, "phi3.rope.scaling.original_context_length",
+                 (gguf_value){.type = GGUF_VT_UINT32, .v.u = 64}, NULL);
 }
 
 static gguf_value i32_array(const int32_t *v, uint64_t n) {

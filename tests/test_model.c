@@ -79,16 +79,19 @@ static void on_row(void *user, int index, const float *logits) { compare_row(use
 typedef struct {
     int n_threads;
     int n_batch;
+    int n_ctx;           /* 0: the model's trained context */
     pkv_simd simd;
     bool exact_matmul;   /* dequantise weight rows and dot in f32 (no activation quantisation) */
     double decisive_gap; /* top-1 compared only where the reference leads by this much */
 } run_cfg;
 
-/* Runs the fixture's prompt (all logits) and decode steps; fills acc. */
-static bool run_fixture(const char *name, const run_cfg *cfg, cmp_acc *acc, ref_data *ref) {
+/* Runs the fixture's prompt (all logits) and decode steps; fills acc. The
+ * reference is <name>.ref, or <name><ref_suffix>.ref on the same model. */
+static bool run_fixture_ref(const char *name, const char *ref_suffix, const run_cfg *cfg, cmp_acc *acc,
+                            ref_data *ref) {
     char gguf_path[256], ref_path[256];
     snprintf(gguf_path, sizeof gguf_path, "tests/fixtures/models/%s.gguf", name);
-    snprintf(ref_path, sizeof ref_path, "tests/fixtures/models/%s.ref", name);
+    snprintf(ref_path, sizeof ref_path, "tests/fixtures/models/%s%s.ref", name, ref_suffix);
     if (!ref_load(ref_path, ref)) {
         test_fail(__FILE__, __LINE__, "cannot read %s", ref_path);
         return false;
@@ -116,6 +119,7 @@ static bool run_fixture(const char *name, const run_cfg *cfg, cmp_acc *acc, ref_
     so.cache_type = PKV_CACHE_F32;
     so.n_threads = cfg->n_threads;
     so.n_batch = cfg->n_batch;
+    so.n_ctx = cfg->n_ctx;
     pkv_session *s = pkv_session_new(m, &so, &err);
     if (!s) {
         test_fail(__FILE__, __LINE__, "%s", err.msg);
@@ -144,10 +148,11 @@ out:
 }
 
 /* Checks one fixture against a max |Δlogit| bound (and optionally an rms bound). */
-static void check_fixture(const char *name, const run_cfg *cfg, double max_tol, double rms_tol, int max_argmax_miss) {
+static void check_fixture_ref(const char *name, const char *ref_suffix, const run_cfg *cfg, double max_tol,
+                              double rms_tol, int max_argmax_miss) {
     ref_data ref;
     cmp_acc acc;
-    if (run_fixture(name, cfg, &acc, &ref)) {
+    if (run_fixture_ref(name, ref_suffix, cfg, &acc, &ref)) {
         double rms = sqrt(acc.sum_sq / (acc.n ? acc.n : 1));
         CHECK_MSG(acc.max_abs <= max_tol, "%s (threads %d, batch %d, simd %s%s): max |dlogit| %.3g > %.3g", name,
                   cfg->n_threads, cfg->n_batch, pkv_simd_name(cfg->simd), cfg->exact_matmul ? ", exact" : "",
@@ -159,14 +164,20 @@ static void check_fixture(const char *name, const run_cfg *cfg, double max_tol, 
     ref_free(&ref);
 }
 
+static void check_fixture(const char *name, const run_cfg *cfg, double max_tol, double rms_tol, int max_argmax_miss) {
+    check_fixture_ref(name, "", cfg, max_tol, rms_tol, max_argmax_miss);
+}
+
 static const char *FLOAT_FIXTURES[] = {
-    "tiny-llama-f32",  "tiny-llama31-f32", "tiny-qwen2-f32", "tiny-gemma3-f32",
-    "tiny-llama-f16",  "tiny-llama31-f16", "tiny-qwen2-f16", "tiny-gemma3-f16",
+    "tiny-llama-f32", "tiny-llama31-f32", "tiny-qwen2-f32", "tiny-gemma3-f32", "tiny-qwen3-f32",
+    "tiny-phi3-f32",  "tiny-phi3-su-f32", "tiny-llama-f16", "tiny-llama31-f16", "tiny-qwen2-f16",
+    "tiny-gemma3-f16", "tiny-qwen3-f16",  "tiny-phi3-f16",  "tiny-phi3-su-f16",
 };
 
 static const char *QUANT_FIXTURES[] = {
-    "tiny-llama-q8_0",   "tiny-llama31-q8_0",  "tiny-qwen2-q8_0",    "tiny-gemma3-q8_0", "tiny-llama-q4_0",
-    "tiny-llama-q5_0",   "tiny-llama-k-q4_k",  "tiny-llama-k-q5_k",  "tiny-llama-k-q6_k",
+    "tiny-llama-q8_0",  "tiny-llama31-q8_0", "tiny-qwen2-q8_0",   "tiny-gemma3-q8_0", "tiny-qwen3-q8_0",
+    "tiny-phi3-q8_0",   "tiny-phi3-su-q8_0", "tiny-llama-q4_0",   "tiny-llama-q5_0",  "tiny-llama-k-q4_k",
+    "tiny-llama-k-q5_k", "tiny-llama-k-q6_k",
 };
 
 /* F32 and F16 weights run with f32 activations: the engine must agree with
@@ -200,9 +211,31 @@ TEST(model_golden_quant_fused) {
     for (size_t i = 0; i < sizeof QUANT_FIXTURES / sizeof *QUANT_FIXTURES; i++) check_fixture(QUANT_FIXTURES[i], &cfg, 1.0, 0.12, 0);
 }
 
+/* LongRoPE (docs/engine.md §5.3): a session whose context is no longer than
+ * the original context (32 in tiny-phi3-su) rotates with the short factors,
+ * and matches HF run on a 32-token sequence (which takes the short factors by
+ * its length); the same tokens in a longer session take the long factors and
+ * differ from that reference by far more than the tolerance. */
+TEST(model_golden_longrope_short_factors) {
+    run_cfg short_ctx = {.n_threads = 2, .n_batch = 512, .n_ctx = 32};
+    run_cfg chunked = {.n_threads = 2, .n_batch = 7, .n_ctx = 32};
+    check_fixture_ref("tiny-phi3-su-f32", "-short", &short_ctx, 1e-4, 1e-4, 0);
+    check_fixture_ref("tiny-phi3-su-f32", "-short", &chunked, 1e-4, 1e-4, 0);
+    check_fixture_ref("tiny-phi3-su-f16", "-short", &short_ctx, 1e-4, 1e-4, 0);
+    run_cfg exact = {.n_threads = 2, .n_batch = 512, .n_ctx = 32, .exact_matmul = true};
+    check_fixture_ref("tiny-phi3-su-q8_0", "-short", &exact, 1e-4, 1e-4, 0);
+    run_cfg long_ctx = {.n_threads = 2, .n_batch = 512, .n_ctx = 33};
+    ref_data ref;
+    cmp_acc acc;
+    if (run_fixture_ref("tiny-phi3-su-f32", "-short", &long_ctx, &acc, &ref))
+        CHECK_MSG(acc.max_abs > 0.05, "n_ctx 33 (long factors) is within %.3g of the short-factor reference",
+                  acc.max_abs);
+    ref_free(&ref);
+}
+
 /* Same logits with any thread count and any SIMD path (within float tolerance). */
 TEST(model_threads_and_simd_agree) {
-    const char *names[] = {"tiny-gemma3-q8_0", "tiny-llama-k-q4_k", "tiny-qwen2-f16"};
+    const char *names[] = {"tiny-gemma3-q8_0", "tiny-llama-k-q4_k", "tiny-qwen2-f16", "tiny-phi3-q8_0"};
     pkv_simd levels[] = {PKV_SIMD_SCALAR, PKV_SIMD_AVX2, PKV_SIMD_AVX512};
     for (size_t n = 0; n < sizeof names / sizeof *names; n++) {
         for (int t = 1; t <= 3; t++) {

@@ -452,3 +452,116 @@ TEST(press_engine_prefill_after_press_equals_decode_steps) {
         pkv_model_free(m);
     }
 }
+
+/* Every press of the registry, and the two budget allocators over SnapKV, on
+ * the Qwen3 and LongRoPE Phi-3 fixtures (full attention everywhere): each
+ * compresses every head of every layer to the budget (ProtoKV, which keeps
+ * whole clusters, to at most the budget and at least its window), decoding
+ * continues at the original positions with finite logits, and a budget of the
+ * whole prompt is bit-identical to no press. */
+TEST(press_engine_every_press_on_qwen3_and_phi3) {
+    const char *models[] = {"tests/fixtures/models/tiny-qwen3-f32.gguf", "tests/fixtures/models/tiny-phi3-su-f32.gguf"};
+    for (int mi = 0; mi < 2; mi++) {
+        pkv_error err;
+        pkv_model *m = pkv_model_load(models[mi], NULL, &err);
+        REQUIRE_MSG(m, "%s", err.msg);
+        int nv = pkv_n_vocab(m);
+        float *full = malloc((size_t)nv * sizeof(float)), *got = malloc((size_t)nv * sizeof(float));
+        REQUIRE(run_press(m, NULL, 100, 3, 2, full, NULL, NULL));
+        const char *name, *summary;
+        int n_tested = 0;
+        for (int i = 1; pkv_press_list(i, &name, &summary); i++) {
+            for (int variant = 0; variant < (strcmp(name, "snapkv") ? 1 : 3); variant++) {
+                const char *extra_key = variant == 1 ? "layer_budget" : variant == 2 ? "head_budget" : NULL;
+                const char *extra_val = variant == 1 ? "pyramid" : "adaptive";
+                const char *opts[] = {"budget", "24", "window", "8", extra_key, extra_val, NULL};
+                pkv_press_cfg *cfg = test_press_cfg(name, opts);
+                REQUIRE(cfg);
+                pkv_session *s = NULL;
+                pkv_prefill_stats ps;
+                REQUIRE(run_press(m, cfg, 100, 0, 2, NULL, &ps, &s));
+                CHECK_MSG(ps.compressed && ps.cache_bytes < ps.cache_bytes_full, "%s %s did not compress", models[mi],
+                          name);
+                /* KVzip shares the budget across layers and heads (docs/presses.md E.3): the total is exact */
+                bool shared = !strcmp(name, "kvzip");
+                int64_t total = 0, want = 0;
+                for (int l = 0; l < pkv_session_n_layers(s); l++) {
+                    CHECK(pkv_session_layer_is_full(s, l));
+                    for (int h = 0; h < pkv_session_n_heads(s, l); h++) {
+                        int rows = pkv_session_head_rows(s, l, h);
+                        total += rows;
+                        want += 24;
+                        /* PyramidKV moves budget between layers; AdaKV between heads */
+                        if (variant == 0 && strcmp(name, "protokv") && !shared)
+                            CHECK_MSG(rows == 24, "%s %s layer %d head %d keeps %d", models[mi], name, l, h, rows);
+                        else
+                            CHECK_MSG(rows >= 8 && rows <= 100, "%s %s (%s) layer %d head %d keeps %d", models[mi],
+                                      name, extra_key ? extra_key : "", l, h, rows);
+                    }
+                }
+                if (shared) CHECK_MSG(total == want, "%s kvzip keeps %lld rows, not %lld", models[mi], (long long)total,
+                                      (long long)want);
+                for (int step = 0; step < 3; step++) {
+                    const float *l = pkv_logits(s);
+                    int best = 0;
+                    for (int k = 1; k < nv; k++)
+                        if (l[k] > l[best]) best = k;
+                    CHECK(pkv_decode(s, best, &err) == 0);
+                }
+                CHECK_EQ_INT(pkv_session_n_pos(s), 103);
+                int32_t pos[128];
+                int n = pkv_session_positions(s, 0, 0, pos, 128);
+                CHECK(n > 0 && pos[n - 1] == 102);
+                const float *l = pkv_logits(s);
+                bool finite = true;
+                for (int k = 0; k < nv; k++) finite = finite && isfinite(l[k]);
+                CHECK_MSG(finite, "%s %s: non-finite logits after the press", models[mi], name);
+                pkv_session_free(s);
+                pkv_press_cfg_free(cfg);
+                n_tested++;
+            }
+            const char *all[] = {"budget", "100", "window", "8", NULL};
+            pkv_press_cfg *cfg = test_press_cfg(name, all);
+            REQUIRE(cfg);
+            if (run_press(m, cfg, 100, 3, 2, got, NULL, NULL))
+                CHECK_MSG(!memcmp(full, got, (size_t)nv * sizeof(float)), "%s %s with budget = L changed the logits",
+                          models[mi], name);
+            pkv_press_cfg_free(cfg);
+        }
+        CHECK(n_tested >= 9); /* 7 presses, 2 allocator variants */
+        free(full);
+        free(got);
+        pkv_model_free(m);
+    }
+}
+
+/* Phi-3 with a stated window shorter than its context (tiny-phi3: 16 of 128)
+ * has only sliding layers, which no press touches (docs/presses.md D.6): a
+ * press leaves the logits bit-identical and reports nothing compressed, and
+ * each layer holds no more than what its window still needs. */
+TEST(press_engine_phi3_sliding_layers_untouched) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load("tests/fixtures/models/tiny-phi3-f32.gguf", NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int nv = pkv_n_vocab(m);
+    float *full = malloc((size_t)nv * sizeof(float)), *got = malloc((size_t)nv * sizeof(float));
+    REQUIRE(run_press(m, NULL, 80, 3, 2, full, NULL, NULL));
+    const char *opts[] = {"budget", "8", "window", "4", NULL};
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
+    pkv_session *s = NULL;
+    pkv_prefill_stats ps;
+    REQUIRE(run_press(m, cfg, 80, 3, 2, got, &ps, &s));
+    CHECK(!ps.compressed);
+    CHECK_MSG(!memcmp(full, got, (size_t)nv * sizeof(float)), "a press changed a sliding-only model's logits");
+    for (int l = 0; l < pkv_session_n_layers(s); l++) {
+        CHECK(!pkv_session_layer_is_full(s, l));
+        int32_t pos[128];
+        int n = pkv_session_positions(s, l, 0, pos, 128);
+        CHECK_MSG(n >= 16 && n < 83 && pos[n - 1] == 82, "layer %d holds %d rows", l, n);
+    }
+    pkv_session_free(s);
+    pkv_press_cfg_free(cfg);
+    free(full);
+    free(got);
+    pkv_model_free(m);
+}

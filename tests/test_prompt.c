@@ -78,3 +78,75 @@ TEST(real_prompt_chat_segments_qwen) {
     pkv_prompt_tokens_free(&t);
     pkv_model_free(m);
 }
+
+/* The detokenized tokens (control tokens as text) of t[from, to). */
+static size_t detok(const pkv_model *m, const pkv_prompt_tokens *t, int from, int to, char *out, size_t cap) {
+    size_t n = 0;
+    for (int i = from; i < to; i++) {
+        int len = pkv_token_to_piece(m, t->tokens[i], true, out + n, (int)(cap - n));
+        if (len < 0 || (size_t)len >= cap - n) return (size_t)-1;
+        n += (size_t)len;
+    }
+    out[n] = '\0';
+    return n;
+}
+
+/* Every chat family (chosen by name on the tiny Qwen2 model, whose
+ * byte-level BPE gives back the text it read): the prompt's tokens read back
+ * as the family's rendering of [system,] user = context + question plus the
+ * answer prefix, whatever the template trims of the user's text; the system
+ * span ends where the rendering's system prompt does. */
+TEST(prompt_chat_every_family) {
+    static const char *const families[] = {
+        "chatml", "llama2", "llama2-sys", "llama3", "mistral-v1", "mistral-v3", "mistral-v3-tekken", "mistral-v7",
+        "mistral-v7-tekken",
+        "phi3", "phi4", "gemma", "deepseek", "deepseek3", "command-r", "zephyr", "vicuna", "vicuna-orca", "openchat",
+        "granite", "falcon3", "exaone3"};
+    static const struct {
+        const char *system, *context, *question;
+    } parts[] = {
+        {"Be brief.", "A document.\nThe code is 4817.\n", "What is the code?"},
+        {NULL, "A document.", " What is it?"},
+        {" Padded system. ", "  padded context ", "padded question  \n"},
+        {"S", "", "only a question"},
+    };
+    int n_checked = 0;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        pkv_error err;
+        pkv_load_opts lo = {.chat_template = families[f]};
+        pkv_model *m = pkv_model_load(FIXTURE("models/tiny-qwen2-f32.gguf"), &lo, &err);
+        REQUIRE_MSG(m, "%s: %s", families[f], err.msg);
+        CHECK_STR(pkv_model_chat_format(m), families[f]);
+        for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+            pkv_prompt_parts p = {.system = parts[k].system, .context = parts[k].context,
+                                  .question = parts[k].question, .answer_prefix = " The", .chat = true};
+            char user[256], want[2048], got[2048];
+            snprintf(user, sizeof user, "%s%s", p.context, p.question);
+            pkv_chat_message msgs[2] = {{"system", p.system ? p.system : ""}, {"user", user}};
+            int system_end;
+            int n = pkv_chat_format(m, p.system ? msgs : msgs + 1, p.system ? 2 : 1, want, sizeof want, &system_end,
+                                    &err);
+            pkv_prompt_tokens t;
+            int rc = pkv_prompt_tokenize(m, &p, &t, &err);
+            if (n < 0) { /* the template refuses the conversation (llama2: no system role) */
+                CHECK_MSG(rc == -1 && err.code == PKV_ERR_ARG, "%s/%zu: %s", families[f], k, err.msg);
+                continue;
+            }
+            REQUIRE_MSG(rc == 0, "%s/%zu: %s", families[f], k, err.msg);
+            strcat(want, p.answer_prefix);
+            size_t len = detok(m, &t, 0, t.n_tokens, got, sizeof got);
+            CHECK_MSG(len == strlen(want) && !strcmp(got, want), "%s/%zu:\n      got  \"%s\"\n      want \"%s\"",
+                      families[f], k, got, want);
+            len = detok(m, &t, 0, t.system_end, got, sizeof got);
+            CHECK_MSG(len <= (size_t)system_end && !strncmp(got, want, len) &&
+                          (p.system == NULL || len == (size_t)system_end || strcmp(families[f], "mistral-v3")),
+                      "%s/%zu: system span \"%s\" (%d bytes of the rendering)", families[f], k, got, system_end);
+            CHECK(t.system_end <= t.context_begin && t.context_begin <= t.context_end &&
+                  t.context_end <= t.question_end && t.question_end <= t.n_tokens);
+            pkv_prompt_tokens_free(&t);
+            n_checked++;
+        }
+        pkv_model_free(m);
+    }
+    CHECK(n_checked >= 80);
+}

@@ -12,7 +12,7 @@
 #include "base/prng.h"
 #include "press/observer.h"
 #include "press/press.h"
-#include "press/protokv.h"
+#include "press/protokv_steps.h"
 #include "press_fixtures.h"
 #include "test.h"
 

@@ -653,6 +653,45 @@ TEST(tok_spm_vs_sentencepiece) {
     unload_vocab(&v);
 }
 
+/* The vocabularies of the Qwen3 and Phi-3 fixture models (written by
+ * tools/make-model-fixtures.py as the converter writes them) against the
+ * reference tokenizers on the same vocabularies: HF tokenizers for Qwen3's
+ * byte-level BPE, whose <think> and </think> are user-defined tokens that
+ * split out of any text; sentencepiece for Phi-3's SPM, with its added
+ * control tokens, [PAD] padding and no BOS. */
+TEST(tok_qwen3_vocab_vs_hf) {
+    loaded_vocab v;
+    REQUIRE(load_vocab(FIXTURE("models/tiny-qwen3-f32.gguf"), &v));
+    CHECK_EQ_INT(pkv_tokenizer_kind(v.tok), PKV_TOK_BPE);
+    CHECK(!pkv_tokenizer_add_bos(v.tok));
+    CHECK(check_ids_fixture(v.tok, FIXTURE("models/tiny-qwen3.tok")) >= 16);
+    int32_t think = pkv_tokenizer_find(v.tok, "<think>");
+    CHECK(think >= 0 && pkv_tokenizer_type(v.tok, think) == PKV_TOKTYPE_USER_DEFINED);
+    CHECK(!pkv_tokenizer_is_eog(v.tok, think));
+    CHECK(pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|im_end|>")));
+    CHECK_EQ_INT(pkv_tokenizer_eos(v.tok), pkv_tokenizer_find(v.tok, "<|im_end|>"));
+    unload_vocab(&v);
+}
+
+TEST(tok_phi3_vocab_vs_sentencepiece) {
+    loaded_vocab v;
+    REQUIRE(load_vocab(FIXTURE("models/tiny-phi3-f32.gguf"), &v));
+    CHECK_EQ_INT(pkv_tokenizer_kind(v.tok), PKV_TOK_SPM);
+    CHECK(!pkv_tokenizer_add_bos(v.tok));
+    CHECK(check_ids_fixture(v.tok, FIXTURE("models/tiny-phi3.tok")) >= 12);
+    /* <|end|> ends a turn, as <|endoftext|> (the EOS) does */
+    CHECK(pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|end|>")));
+    CHECK(pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|endoftext|>")));
+    CHECK(!pkv_tokenizer_is_eog(v.tok, pkv_tokenizer_find(v.tok, "<|user|>")));
+    CHECK_EQ_INT(pkv_tokenizer_type(v.tok, pkv_tokenizer_find(v.tok, "[PAD511]")), PKV_TOKTYPE_UNUSED);
+    /* with parse_special the control tokens are one id each */
+    int32_t ids[16];
+    pkv_error err = {0};
+    int n = pkv_tokenizer_encode(v.tok, "<|user|>", 8, false, true, ids, 16, &err);
+    CHECK(n == 1 && ids[0] == pkv_tokenizer_find(v.tok, "<|user|>"));
+    unload_vocab(&v);
+}
+
 /* Decoding the ids of any text gives the text back (byte-level BPE loses
  * nothing; special tokens rendered). */
 static void check_round_trip(const pkv_tokenizer *tok, const char *text) {
@@ -880,141 +919,7 @@ TEST(tok_random_bytes) {
     for (int v = 0; v < 3; v++) unload_vocab(&vocabs[v]);
 }
 
-/* ---------------------------------------------------------------- chat */
-
-/* Renderings compared with jinja2's of the official templates (chat.ref). */
-TEST(tok_chat_vs_jinja) {
-    file_buf fb;
-    REQUIRE_MSG(read_file(FIXTURE("tokenizer/chat.ref"), &fb), "chat.ref missing");
-    static char contents[16][1024], roles[16][32], want[8192], got[8192];
-    pkv_chat_message msgs[16];
-    int n_msgs = 0, n_cases = 0;
-    pkv_chat_family family = PKV_CHAT_NONE;
-    char name[64] = "";
-    size_t want_len = 0;
-    char *cursor = fb.data, *line;
-    while ((line = next_line(&cursor))) {
-        char *f[4];
-        int nf = split_tabs(line, f, 4);
-        if (!strcmp(f[0], "C")) {
-            family = !strcmp(f[1], "gemma") ? PKV_CHAT_GEMMA
-                     : !strcmp(f[1], "llama3") ? PKV_CHAT_LLAMA3
-                                               : PKV_CHAT_CHATML;
-            snprintf(name, sizeof name, "%s/%s", f[1], f[2]);
-            n_msgs = 0;
-        } else if (!strcmp(f[0], "M") && n_msgs < 16) {
-            snprintf(roles[n_msgs], sizeof roles[n_msgs], "%s", f[1]);
-            size_t n = nf > 2 ? unescape(f[2], strlen(f[2]), contents[n_msgs]) : 0;
-            contents[n_msgs][n] = '\0';
-            msgs[n_msgs] = (pkv_chat_message){roles[n_msgs], contents[n_msgs]};
-            n_msgs++;
-        } else if (!strcmp(f[0], "X")) {
-            pkv_error err = {0};
-            int rc = pkv_chat_render(family, NULL, NULL, msgs, n_msgs, got, sizeof got, NULL, &err);
-            CHECK_MSG(rc == -1 && err.code == PKV_ERR_ARG, "%s: the template raises", name);
-            n_cases++;
-        } else if (!strcmp(f[0], "E")) {
-            want_len = unescape(f[1], strlen(f[1]), want);
-        } else if (!strcmp(f[0], "S")) {
-            int system_end = -1;
-            pkv_error err = {0};
-            int n = pkv_chat_render(family, NULL, NULL, msgs, n_msgs, got, sizeof got, &system_end, &err);
-            CHECK_MSG(n == (int)want_len && !memcmp(got, want, want_len), "%s: got \"%s\"", name,
-                      n >= 0 ? got : err.msg);
-            CHECK_MSG(system_end == atoi(f[1]), "%s: system_end %d, want %s", name, system_end,
-                      f[1]);
-            n_cases++;
-        }
-    }
-    CHECK(n_cases >= 27);
-    free(fb.data);
-}
-
-TEST(tok_chat_buffer_and_errors) {
-    pkv_chat_message msgs[] = {{"user", "Test"}};
-    char small[8];
-    pkv_error err = {0};
-    /* too small: the full length is returned, the output truncated and ended */
-    int n = pkv_chat_render(PKV_CHAT_GEMMA, NULL, NULL, msgs, 1, small, sizeof small, NULL, &err);
-    CHECK_EQ_INT(
-        n, (int)strlen("<bos><start_of_turn>user\nTest<end_of_turn>\n<start_of_turn>model\n"));
-    CHECK_STR(small, "<bos><s");
-    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_GEMMA, NULL, NULL, msgs, 0, small, sizeof small, NULL, &err),
-                 -1);
-    CHECK_EQ_INT(pkv_chat_render(PKV_CHAT_NONE, NULL, NULL, msgs, 1, small, sizeof small, NULL, &err),
-                 -1);
-    CHECK_STR(pkv_chat_family_name(PKV_CHAT_LLAMA3), "llama3");
-}
-
-TEST(tok_chat_detect) {
-    /* from the template text */
-    gguf_writer *w = gguf_writer_new();
-    gguf_write_str(w, "tokenizer.chat_template", "{{ '<|im_start|>' + message['role'] }}");
-    mem_gguf m;
-    REQUIRE(open_written(w, &m));
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "llama"), PKV_CHAT_CHATML);
-    close_written(&m);
-    w = gguf_writer_new();
-    gguf_write_str(w, "tokenizer.chat_template", "{{ '<|start_header_id|>' }}");
-    REQUIRE(open_written(w, &m));
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "qwen2"), PKV_CHAT_LLAMA3);
-    close_written(&m);
-    /* no template: from the architecture (llama needs the header token) */
-    static const char *const with_header[] = {"a", "<|start_header_id|>"};
-    w = gguf_writer_new();
-    gguf_write_arr_str(w, "tokenizer.ggml.tokens", with_header, 2);
-    REQUIRE(open_written(w, &m));
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "llama"), PKV_CHAT_LLAMA3);
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "gemma3"), PKV_CHAT_GEMMA);
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "qwen2"), PKV_CHAT_CHATML);
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "phi3"), PKV_CHAT_NONE);
-    close_written(&m);
-    w = gguf_writer_new();
-    gguf_write_arr_str(w, "tokenizer.ggml.tokens", with_header, 1);
-    REQUIRE(open_written(w, &m));
-    CHECK_EQ_INT(pkv_chat_detect(&m.file, "llama"), PKV_CHAT_NONE);
-    close_written(&m);
-}
-
-/* The default system prompt comes from the template's own literal: Qwen2.5's
- * (a tools branch first whose literal ends right after the header) and a
- * template without one. */
-TEST(tok_chat_default_system) {
-    static const char qwen25[] =
-        "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n{%- else %}\n"
-        "    {%- if messages[0]['role'] == 'system' %}\n"
-        "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
-        "    {%- else %}\n"
-        "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
-        "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}";
-    gguf_writer *w = gguf_writer_new();
-    gguf_write_str(w, "tokenizer.chat_template", qwen25);
-    mem_gguf m;
-    REQUIRE(open_written(w, &m));
-    char sys[256];
-    REQUIRE(pkv_chat_default_system(&m.file, sys, sizeof sys));
-    CHECK_STR(sys, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
-    pkv_chat_message msgs[] = {{"user", "Hi"}};
-    char out[512];
-    int system_end = -1;
-    pkv_error err = {0};
-    int n = pkv_chat_render(PKV_CHAT_CHATML, NULL, sys, msgs, 1, out, sizeof out, &system_end, &err);
-    const char *want = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
-                       "assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
-    CHECK_EQ_INT(n, (int)strlen(want));
-    CHECK_STR(out, want);
-    CHECK_EQ_INT(system_end, (int)strlen("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
-                                         "helpful assistant.<|im_end|>\n"));
-    /* a too small buffer is not overrun and gives no text */
-    char tiny[8];
-    CHECK(!pkv_chat_default_system(&m.file, tiny, sizeof tiny) || strlen(tiny) < sizeof tiny);
-    close_written(&m);
-    w = gguf_writer_new();
-    gguf_write_str(w, "tokenizer.chat_template", "{{ '<|im_start|>' + message['role'] + '\\n' }}");
-    REQUIRE(open_written(w, &m));
-    CHECK(!pkv_chat_default_system(&m.file, sys, sizeof sys));
-    close_written(&m);
-}
+/* The chat formats are tested in test_chat.c. */
 
 /* ---------------------------------------------------------------- real model (Gemma 3 270M) */
 
@@ -1072,12 +977,15 @@ TEST(manual_qwen15_tok_vs_llamacpp) { check_qwen_vocab("models/qwen2.5-coder-1.5
 TEST(real_tok_gemma3_chat_example) {
     loaded_vocab v;
     REQUIRE_MSG(load_vocab(GEMMA_PATH, &v), "%s missing (make model)", GEMMA_PATH);
-    CHECK_EQ_INT(pkv_chat_detect(&v.file, "gemma3"), PKV_CHAT_GEMMA);
+    pkv_chat_style st;
+    pkv_error err = {0};
+    REQUIRE(pkv_chat_style_for_model(&v.file, "gemma3", v.tok, NULL, &st, &err) == 0);
+    CHECK_EQ_INT(st.family, PKV_CHAT_GEMMA);
+    CHECK_STR(st.bos, "<bos>");
     pkv_chat_message msgs[] = {{"user", "Test"}};
     char buf[256];
     int system_end = -1;
-    pkv_error err = {0};
-    int n = pkv_chat_render(PKV_CHAT_GEMMA, v.tok, NULL, msgs, 1, buf, sizeof buf, &system_end, &err);
+    int n = pkv_chat_render(&st, msgs, 1, buf, sizeof buf, &system_end, &err);
     REQUIRE(n > 0);
     CHECK_EQ_INT(system_end, 0);
     /* docs/engine.md §4.6: add_special=false, parse_special=true */

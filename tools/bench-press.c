@@ -34,7 +34,7 @@
 #include "base/error.h"
 #include "base/prng.h"
 #include "press/press.h"
-#include "press/protokv.h"
+#include "press/protokv_steps.h"
 #include "promptkv.h"
 
 typedef struct {

@@ -21,12 +21,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPARE = [sys.executable, os.path.join("tools", "eval-compare.py")]
 Q05 = "docs/results/qwen05-4k/results.jsonl.gz"
+GRID = "docs/results/needle-grid/results.jsonl.gz"
+Q15 = "docs/results/qwen15-4k/results.jsonl.gz"
 
 # NAME: (arguments of tools/eval-compare.py, whether the output goes in a code fence)
 TABLES = {
     "qwen05-4k": ([Q05, "--pivot"], False),
     "qwen05-4k-paired": ([Q05, "--markdown"], False),
     "qwen05-4k-cost": ([Q05, "--cost"], True),
+    "needle-grid": ([GRID, "--by", "length", "--markdown"], False),
+    "needle-grid-depth": ([GRID, "--grid"], False),
+    "needle-grid-cost": ([GRID, "--cost"], True),
+    "qwen15-4k": ([Q15, "--pivot"], False),
+    "qwen15-4k-paired": ([Q15, "--markdown"], False),
 }
 
 BLOCK = re.compile(r"(<!-- table:([A-Za-z0-9_.-]+) -->\n)(.*?)(<!-- end -->)", re.S)

@@ -2,7 +2,7 @@
 """Press variants side by side from promptkv eval result lines, with 95% intervals (standard library only).
 
 usage: tools/eval-compare.py RESULTS.jsonl[.gz] [RESULTS.jsonl[.gz] ...] [--ref PRESS] [--mode MODE] [--tasks LIST]
-                             [--by budget|task|length] [--markdown | --pivot | --cost] [--seed N]
+                             [--by budget|task|length] [--markdown | --pivot | --cost | --grid] [--seed N]
 
 For every press (the eval's label: a press name or LABEL of LABEL=PRESS:...) and budget or ratio, over the
 prompts of the files (joined on task, length, sample, depth and mode):
@@ -15,6 +15,8 @@ prompts of the files (joined on task, length, sample, depth and mode):
   n         prompts
 
 --by task|length splits every row by task or length as well.
+--grid prints the needle grid instead: per mode, press and size, a table of mean score by depth (rows) and
+length (columns), over the samples of each cell.
 """
 import argparse
 import gzip
@@ -86,6 +88,37 @@ def print_cost(rows):
         print("decoded tokens per line: median %d (10%%-90%%: %d-%d)" % quantiles(steps))
 
 
+def print_grid(rows):
+    rows = [r for r in rows if r.get("depth") is not None]
+    if not rows:
+        sys.exit("eval-compare: no needle-grid lines (lines with a depth)")
+    cells = defaultdict(list)  # (mode, press, size) -> (depth, length) -> scores
+    for r in rows:
+        cells[(r["mode"], r["press"], size_label(r), r["depth"], r["length"])].append(r["score"])
+    tables = list(dict.fromkeys(k[:3] for k in cells))
+    depths = sorted({k[3] for k in cells})
+    lengths = sorted({k[4] for k in cells})
+    for mode, press, size in tables:
+        name = "full cache" if press == "none" else "%s %s" % (press, size)
+        n = [len(cells[(mode, press, size, d, l)]) for d in depths for l in lengths
+             if (mode, press, size, d, l) in cells]
+        print("**%s, %s** (samples per cell: %s)\n" % (name, mode, "/".join(str(x) for x in sorted(set(n)))))
+        print("| depth % | " + " | ".join(str(l) for l in lengths) + " |")
+        print("|---" * (len(lengths) + 1) + "|")
+        for d in depths:
+            row = []
+            for l in lengths:
+                sc = cells.get((mode, press, size, d, l))
+                row.append("%.0f" % mean(sc) if sc else "")
+            print("| %g | " % d + " | ".join(row) + " |")
+        col = []
+        for l in lengths:
+            sc = [x for d in depths for x in cells.get((mode, press, size, d, l), [])]
+            col.append("**%.1f**" % mean(sc) if sc else "")
+        print("| mean | " + " | ".join(col) + " |")
+        print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+")
@@ -98,6 +131,8 @@ def main():
                     help="the run's cost: prompts, result lines, prefill seconds per prompt, seconds per configuration")
     ap.add_argument("--pivot", action="store_true",
                     help="markdown, one table per group: a row per press, a column per size, mean [95%% CI]")
+    ap.add_argument("--grid", action="store_true",
+                    help="markdown, the needle grid: per press and size, mean score by depth x length")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     rows = load(a.results)
@@ -110,6 +145,9 @@ def main():
         sys.exit("eval-compare: no result lines")
     if a.cost:
         print_cost(rows)
+        return
+    if a.grid:
+        print_grid(rows)
         return
     rng = random.Random(a.seed)
     # (group, press, size) -> prompt -> row

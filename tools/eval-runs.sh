@@ -73,7 +73,7 @@ run() {
             --mode query_agnostic,query_aware -o out/$name "$@" ;;
     needle-grid) # the seed's needle setting: depth x length at budget 128
         "$bin" eval -m $q05 --tasks niah_passkey_essay --niah-lengths 2048,4096,8192 --niah-depths 0,10,20,30,40,50,60,70,80,90,100 \
-            --samples 2 --press none,snapkv,protokv,streamingllm --budgets 128 --window 32 --kernel 7 --pool max \
+            --niah-samples 3 --press none,snapkv,protokv,streamingllm --budgets 128 --window 32 --kernel 7 --pool max \
             --mode query_aware -o out/$name "$@" ;;
     protokv-dev-r1) # development round 1: 2K, query-aware, seed 101
         "$bin" eval -m $q05 --seed 101 \

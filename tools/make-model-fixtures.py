@@ -4,12 +4,15 @@
 For each tiny model below this script
   1. builds a seeded random-weight float32 model with HF transformers,
   2. writes it as GGUF the way llama.cpp's convert_hf_to_gguf.py does (same metadata keys, tensor names,
-     llama q/k row permutation, Gemma "+1" norm fold, tied output, rope_freqs for llama3 rope scaling),
+     llama q/k row permutation, Gemma "+1" norm fold, tied output, rope_freqs for llama3 rope scaling,
+     Phi-3's fused attn_qkv / ffn_up and LongRoPE factor tensors),
      once per weight type (F32, F16, Q8_0, ...; 2-D weights only, 1-D and *_norm.weight stay F32),
   3. loads the weights exactly as stored in that GGUF (dequantised) back into the HF model and records
      HF's logits for a 40-token prompt plus a 6-token greedy continuation (<model>-<type>.ref).
      The prompt (random non-control ids) is the first seeded candidate whose greedy steps all have a
-     top-1/top-2 logit gap >= MIN_DECODE_MARGIN for every weight type of the model.
+     top-1/top-2 logit gap >= MIN_DECODE_MARGIN for every weight type of the model;
+  4. for the Qwen3 and Phi-3 vocabularies, records the ids the reference tokenizers (HF tokenizers,
+     sentencepiece) give for a few strings (<model>.tok, the format of tests/fixtures/tokenizer/*.ref).
 
 .ref layout (little-endian):
     char magic[8] = "PKVREF1\\0"; int32 n_vocab; int32 n_prompt; int32 n_decode;
@@ -31,6 +34,7 @@ import json
 import math
 import struct
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,12 +68,16 @@ MAX_PROMPT_ATTEMPTS = 200
 @dataclass
 class ModelSpec:
     name: str
-    arch: str                     # GGUF general.architecture: llama | qwen2 | gemma3
+    arch: str                     # GGUF general.architecture: llama | qwen2 | qwen3 | gemma3 | phi3
     seed: int
     weight_std: float             # std of projections, embeddings, biases (and of norm deviations)
     types: list[str]              # weight types to write, keys of WEIGHT_TYPES
     config: dict                  # HF config kwargs
-    tokenizer: str                # "spm-llama" | "spm-gemma" | "gpt2-qwen2"
+    tokenizer: str                # "spm-llama" | "spm-gemma" | "spm-phi3" | "gpt2-qwen2" | "gpt2-qwen3"
+    # further references of the first `n_prompt` prompt tokens, "<model>-<type><suffix>.ref": LongRoPE's
+    # short factors apply to a sequence no longer than the original context
+    short_refs: list[tuple[str, int]] = field(default_factory=list)
+    tokenizer_ref: bool = False   # also write <model>.tok: the vocabulary's ids from the reference tokenizer
 
 
 LLAMA_BASE = dict(
@@ -118,6 +126,44 @@ MODEL_SPECS = [
                     rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                                      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
                     pad_token_id=0, eos_token_id=1, bos_token_id=2),
+    ),
+    ModelSpec(
+        # head_dim 32 with 4 heads: q is 128 wide over n_embd 64, as in Qwen3 (0.6B: 16 x 128 over 1024)
+        name="tiny-qwen3", arch="qwen3", seed=106, weight_std=0.2,
+        types=["f32", "f16", "q8_0"], tokenizer="gpt2-qwen3", tokenizer_ref=True,
+        config=dict(vocab_size=N_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=32, intermediate_size=128, rms_norm_eps=1e-6,
+                    max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                    bos_token_id=N_VOCAB - 5, eos_token_id=N_VOCAB - 3, pad_token_id=N_VOCAB - 5),
+    ),
+    ModelSpec(
+        # every layer slides (window 16 < the 40-token prompt); RoPE on 8 of the 16 head dims
+        # (partial_rotary_factor 0.5, as Phi-4-mini's 0.75)
+        name="tiny-phi3", arch="phi3", seed=107, weight_std=0.2,
+        types=["f32", "f16", "q8_0"], tokenizer="spm-phi3", tokenizer_ref=True,
+        config=dict(vocab_size=N_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, intermediate_size=128, rms_norm_eps=1e-5,
+                    max_position_embeddings=MAX_POSITIONS, original_max_position_embeddings=MAX_POSITIONS,
+                    sliding_window=16, tie_word_embeddings=False,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                     "partial_rotary_factor": 0.5},
+                    bos_token_id=1, eos_token_id=N_VOCAB - 8, pad_token_id=N_VOCAB - 8),
+    ),
+    ModelSpec(
+        # LongRoPE ("su"): original context 32, trained 128, so the 46-token sequence takes the long
+        # factors and the 32-token short reference the short ones; attention factor
+        # sqrt(1 + ln 4 / ln 32) = 1.1832 from the 128/32 ratio; no window, tied output
+        name="tiny-phi3-su", arch="phi3", seed=108, weight_std=0.2,
+        types=["f32", "f16", "q8_0"], tokenizer="spm-phi3", short_refs=[("-short", 26)],
+        config=dict(vocab_size=N_VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=4, intermediate_size=128, rms_norm_eps=1e-5,
+                    max_position_embeddings=MAX_POSITIONS, original_max_position_embeddings=32,
+                    sliding_window=None, tie_word_embeddings=True,
+                    rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                     "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7],
+                                     "long_factor": [1.0, 1.3, 2.1, 3.6, 6.0, 9.5, 14.0, 19.0]},
+                    bos_token_id=1, eos_token_id=N_VOCAB - 8, pad_token_id=N_VOCAB - 8),
     ),
     ModelSpec(
         # rows of 256 / 512 elements so that every 2-D weight can use the 256-element K-quant blocks
@@ -226,8 +272,10 @@ def learn_bpe(words: Counter, n_new_tokens: int, known: set[str]) -> tuple[list[
 
 
 def build_spm_vocab(specials: list[tuple[str, int, float]], special_ids: dict[str, int],
-                    add_space_prefix: bool | None) -> Vocab:
-    """SentencePiece-BPE style vocab: specials, 256 byte tokens <0xXX>, merged pieces, single characters.
+                    add_space_prefix: bool | None, tail: list[tuple[str, int, float]] = (),
+                    add_bos: bool = True) -> Vocab:
+    """SentencePiece-BPE style vocab: specials, 256 byte tokens <0xXX>, merged pieces, single characters,
+    then the `tail` (added tokens and padding, as the converter appends them for Phi-3).
 
     Scores decrease with merge rank (what llama.cpp's SPM tokenizer needs to reproduce BPE order);
     single characters come last with the lowest scores, as in Llama 2's vocabulary."""
@@ -240,15 +288,19 @@ def build_spm_vocab(specials: list[tuple[str, int, float]], special_ids: dict[st
         scores.append(0.0)
     words = Counter(tuple(SPM_SPACE + w) for w in CORPUS.split())
     chars = sorted({c for w in words for c in w})
-    n_merged = N_VOCAB - len(tokens) - len(chars)
+    n_merged = N_VOCAB - len(tokens) - len(chars) - len(tail)
     _, pieces = learn_bpe(words, n_merged, set(chars))
     for rank, piece in enumerate(pieces + chars):
         tokens.append(piece)
         types.append(TokenType.NORMAL)
         scores.append(-float(rank))
+    for text, ttype, score in tail:
+        tokens.append(text)
+        types.append(ttype)
+        scores.append(score)
     assert len(tokens) == N_VOCAB and len(set(tokens)) == N_VOCAB
     return Vocab(model="llama", pre="default", tokens=tokens, types=types, scores=scores,
-                 special_ids=special_ids, add_bos=True, add_eos=False, add_space_prefix=add_space_prefix)
+                 special_ids=special_ids, add_bos=add_bos, add_eos=False, add_space_prefix=add_space_prefix)
 
 
 def gpt2_bytes_to_unicode() -> list[tuple[int, str]]:
@@ -265,23 +317,27 @@ def gpt2_bytes_to_unicode() -> list[tuple[int, str]]:
     return [(b, chr(c)) for b, c in zip(bs, cs)]
 
 
-def build_gpt2_vocab() -> Vocab:
-    """Byte-level BPE vocab like Qwen2's: 256 byte characters, learned merges, then 3 control tokens."""
+def build_gpt2_vocab(user_defined: tuple[str, ...] = (), eos: str = "<|endoftext|>") -> Vocab:
+    """Byte-level BPE vocab like Qwen2's: 256 byte characters, learned merges, then 3 control tokens and
+    the user-defined ones (Qwen3's <think> and </think>: added tokens that are not special, which the
+    converter types USER_DEFINED and every tokenizer splits out of any text)."""
     table = gpt2_bytes_to_unicode()
     byte_char = dict(table)
     tokens = [c for _, c in table]
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    controls = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    specials = controls + list(user_defined)
     words: Counter = Counter()
     for piece in regex.findall(QWEN2_PRETOKENIZE, CORPUS):
         words[tuple(byte_char[b] for b in piece.encode("utf-8"))] += 1
     merges, new_tokens = learn_bpe(words, N_VOCAB - len(tokens) - len(specials), set(tokens))
     tokens += new_tokens + specials
-    types = [TokenType.NORMAL] * (N_VOCAB - len(specials)) + [TokenType.CONTROL] * len(specials)
+    types = ([TokenType.NORMAL] * (N_VOCAB - len(specials)) + [TokenType.CONTROL] * len(controls)
+             + [TokenType.USER_DEFINED] * len(user_defined))
     eot = tokens.index("<|endoftext|>")
     assert len(tokens) == N_VOCAB and len(set(tokens)) == N_VOCAB
     return Vocab(model="gpt2", pre="qwen2", tokens=tokens, types=types,
                  merges=[f"{a} {b}" for a, b in merges],
-                 special_ids={"bos": eot, "eos": eot, "pad": eot}, add_bos=False, add_eos=False)
+                 special_ids={"bos": eot, "eos": tokens.index(eos), "pad": eot}, add_bos=False, add_eos=False)
 
 
 def build_vocab(kind: str) -> Vocab:
@@ -293,8 +349,21 @@ def build_vocab(kind: str) -> Vocab:
         return build_spm_vocab([("<pad>", TokenType.CONTROL, -1000.0), ("<eos>", TokenType.CONTROL, -1000.0),
                                 ("<bos>", TokenType.CONTROL, -1000.0), ("<unk>", TokenType.UNKNOWN, -1000.0)],
                                {"bos": 2, "eos": 1, "unk": 3, "pad": 0}, add_space_prefix=False)
+    if kind == "spm-phi3":
+        # Phi-3's added tokens (special, so CONTROL, score -1000) and the converter's [PAD<id>] padding
+        # up to the embedding rows (UNUSED, score -10000); eos <|endoftext|>, no BOS added
+        added = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>", "<|system|>"]
+        pads = [f"[PAD{i}]" for i in range(N_VOCAB - 3, N_VOCAB)]
+        tail = [(t, TokenType.CONTROL, -1000.0) for t in added] + [(t, TokenType.UNUSED, -10000.0) for t in pads]
+        eot = N_VOCAB - len(tail)
+        return build_spm_vocab([("<unk>", TokenType.UNKNOWN, 0.0), ("<s>", TokenType.CONTROL, 0.0),
+                                ("</s>", TokenType.CONTROL, 0.0)],
+                               {"bos": 1, "eos": eot, "unk": 0, "pad": eot}, add_space_prefix=None, tail=tail,
+                               add_bos=False)
     if kind == "gpt2-qwen2":
         return build_gpt2_vocab()
+    if kind == "gpt2-qwen3":
+        return build_gpt2_vocab(user_defined=("<think>", "</think>"), eos="<|im_end|>")
     raise ValueError(kind)
 
 
@@ -310,6 +379,13 @@ def make_hf_model(spec: ModelSpec) -> torch.nn.Module:
     elif spec.arch == "qwen2":
         config = transformers.Qwen2Config(**spec.config)
         model = transformers.Qwen2ForCausalLM(config)
+    elif spec.arch == "qwen3":
+        config = transformers.Qwen3Config(**spec.config)
+        model = transformers.Qwen3ForCausalLM(config)
+        assert config.layer_types == ["full_attention"] * config.num_hidden_layers, config.layer_types
+    elif spec.arch == "phi3":
+        config = transformers.Phi3Config(**spec.config)
+        model = transformers.Phi3ForCausalLM(config)
     elif spec.arch == "gemma3":
         config = transformers.Gemma3TextConfig(**spec.config)
         model = transformers.Gemma3ForCausalLM(config)
@@ -342,7 +418,7 @@ def init_weights(model: torch.nn.Module, spec: ModelSpec) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# HF -> GGUF tensor mapping (mirrors convert_hf_to_gguf.py for these three architectures)
+# HF -> GGUF tensor mapping (mirrors convert_hf_to_gguf.py for these five architectures)
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -369,6 +445,18 @@ LAYER_NAMES_COMMON = {
     "mlp.down_proj.weight": "ffn_down.weight",
 }
 LAYER_NAMES_LLAMA = {**LAYER_NAMES_COMMON, "post_attention_layernorm.weight": "ffn_norm.weight"}
+LAYER_NAMES_QWEN3 = {
+    **LAYER_NAMES_LLAMA,
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+}
+# Phi-3 keeps HF's fused projections: qkv_proj (q rows, then k, then v) and gate_up_proj (gate rows, then
+# up) become attn_qkv and ffn_up as they are
+LAYER_NAMES_PHI3 = {
+    **LAYER_NAMES_LLAMA,
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",
+}
 LAYER_NAMES_GEMMA3 = {
     **LAYER_NAMES_COMMON,
     "self_attn.q_norm.weight": "attn_q_norm.weight",
@@ -396,7 +484,8 @@ def gguf_name_of(hf_name: str, arch: str) -> str:
         return "output.weight"
     parts = hf_name.split(".")
     assert parts[:2] == ["model", "layers"], hf_name
-    table = LAYER_NAMES_GEMMA3 if arch == "gemma3" else LAYER_NAMES_LLAMA
+    table = {"gemma3": LAYER_NAMES_GEMMA3, "qwen3": LAYER_NAMES_QWEN3, "phi3": LAYER_NAMES_PHI3}.get(
+        arch, LAYER_NAMES_LLAMA)
     return f"blk.{parts[2]}.{table['.'.join(parts[3:])]}"
 
 
@@ -430,6 +519,11 @@ def plan_tensors(model: torch.nn.Module, spec: ModelSpec) -> list[TensorPlan]:
     if spec.arch == "llama" and rope.get("rope_type") == "llama3":
         plans.append(TensorPlan("rope_freqs.weight", None, llama3_rope_factors(rope, cfg["head_dim"]),
                                 lambda a: a))
+    if spec.arch == "phi3" and rope.get("long_factor"):
+        # converter's Phi3MiniModel.generate_extra_tensors: the two factor lists as F32 tensors, first
+        for kind in ("long", "short"):
+            plans.append(TensorPlan(f"rope_factors_{kind}.weight", None,
+                                    torch.tensor(rope[f"{kind}_factor"], dtype=torch.float32).numpy(), lambda a: a))
     state = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     if cfg.get("tie_word_embeddings"):
         state.pop("lm_head.weight", None)
@@ -613,9 +707,48 @@ def encode_tensor(data: np.ndarray, qtype: QT) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------------------
 
 
+def phi3_rope_attn_factor(cfg: dict) -> float:
+    """Converter's Phi3MiniModel.generate_extra_tensors for su / longrope: sqrt(1 + ln s / ln n_orig) with
+    s = max_position_embeddings / original_max_position_embeddings (1 when s <= 1). HF's longrope
+    attention_factor computes the same from the same ratio (its `factor` is unset)."""
+    scale = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
+    if scale <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(scale) / math.log(cfg["original_max_position_embeddings"]))
+
+
+def write_metadata_phi3(w: gguf.GGUFWriter, spec: ModelSpec, file_type: FT) -> None:
+    """Phi3MiniModel.set_gguf_parameters (which does not call TextModel's): its keys in its order, the
+    original context always, rope.dimension_count from partial_rotary_factor, sliding_window 0 when
+    the config has none; then attn_factor from generate_extra_tensors when there are long factors."""
+    cfg = spec.config
+    rope = cfg["rope_parameters"]
+    n_embd, n_head = cfg["hidden_size"], cfg["num_attention_heads"]
+    w.add_type(gguf.GGUFType.MODEL)
+    w.add_name(spec.name)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_dimension_count(int(rope.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_file_type(file_type)
+    w.add_sliding_window(cfg["sliding_window"] or 0)
+    if rope.get("long_factor"):
+        w.add_rope_scaling_attn_factors(phi3_rope_attn_factor(cfg))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
 def write_metadata(w: gguf.GGUFWriter, spec: ModelSpec, file_type: FT) -> None:
     """Model keys in the order and with the value types convert_hf_to_gguf.py uses (TextModel plus the
-    LlamaModel / Qwen2Model / Gemma3Model overrides)."""
+    LlamaModel / Qwen2Model / Qwen3Model / Gemma3Model overrides; Phi-3 has its own)."""
+    if spec.arch == "phi3":
+        write_metadata_phi3(w, spec, file_type)
+        return
     cfg = spec.config
     rope = cfg["rope_parameters"]
     full_rope = rope.get("full_attention", rope)
@@ -686,20 +819,23 @@ def logits_of(model: torch.nn.Module, tokens: list[int]) -> np.ndarray:
 
 
 def reference_run(model: torch.nn.Module, prompt: list[int]) -> tuple[list[int], np.ndarray]:
-    """Greedy continuation of N_DECODE tokens, then logits of every position of the whole sequence."""
+    """Greedy continuation of N_DECODE tokens, then logits of every position of the whole sequence.
+
+    Each step runs the whole sequence without a cache, so LongRoPE (which HF switches by the length of
+    the sequence) sees the final length's factors at every position, as the engine does."""
     tokens = list(prompt)
     for _ in range(N_DECODE):
         tokens.append(int(np.argmax(logits_of(model, tokens)[-1])))
     logits = logits_of(model, tokens)
-    assert logits.shape == (N_PROMPT + N_DECODE, N_VOCAB)
-    assert [int(t) for t in np.argmax(logits[N_PROMPT - 1:-1], axis=1)] == tokens[N_PROMPT:]
+    assert logits.shape == (len(prompt) + N_DECODE, N_VOCAB)
+    assert [int(t) for t in np.argmax(logits[len(prompt) - 1:-1], axis=1)] == tokens[len(prompt):]
     return tokens, logits
 
 
 def write_ref(path: Path, tokens: list[int], logits: np.ndarray) -> None:
     with open(path, "wb") as f:
         f.write(REF_MAGIC)
-        f.write(struct.pack("<iii", N_VOCAB, N_PROMPT, N_DECODE))
+        f.write(struct.pack("<iii", N_VOCAB, len(tokens) - N_DECODE, N_DECODE))
         f.write(np.asarray(tokens, dtype="<i4").tobytes())
         f.write(np.ascontiguousarray(logits, dtype="<f4").tobytes())
 
@@ -712,7 +848,7 @@ def make_prompt(spec: ModelSpec, vocab: Vocab, attempt: int) -> list[int]:
 
 def decode_margin(logits: np.ndarray) -> float:
     """Smallest top-1 minus top-2 logit over the rows that chose the decode tokens."""
-    top2 = np.sort(logits[N_PROMPT - 1:-1], axis=1)[:, -2:]
+    top2 = np.sort(logits[len(logits) - N_DECODE - 1:-1], axis=1)[:, -2:]
     return float((top2[:, 1] - top2[:, 0]).min())
 
 
@@ -771,7 +907,7 @@ def gpt2_tokenizer_json(vocab: Vocab) -> dict:
     return {
         "version": "1.0",
         "added_tokens": [{"id": i, "content": vocab.tokens[i], "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True}
+                          "rstrip": False, "normalized": False, "special": vocab.types[i] == TokenType.CONTROL}
                          for i in range(n_regular, len(vocab.tokens))],
         "normalizer": None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -812,6 +948,10 @@ def generate(spec: ModelSpec, out_dir: Path, hf_dir: Path | None) -> list[dict]:
     assert model.get_input_embeddings().weight.shape[0] == len(vocab.tokens)
     if hf_dir is not None:
         export_hf(model, spec, vocab, hf_dir / spec.name)
+    if spec.tokenizer_ref:
+        with tempfile.TemporaryDirectory() as tmp:
+            export_hf(model, spec, vocab, Path(tmp))
+            write_tokenizer_ref(out_dir / f"{spec.name}.tok", spec, tokenizer_refs(vocab, spec, Path(tmp)))
     plans = plan_tensors(model, spec)
     original = {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -828,8 +968,9 @@ def generate(spec: ModelSpec, out_dir: Path, hf_dir: Path | None) -> list[dict]:
         write_gguf(out_dir / f"{spec.name}-{type_name}.gguf", spec, vocab, file_type, tensors)
         stored_weights[type_name] = as_stored
 
-    # Pick the first prompt whose greedy continuation is clear-cut for every weight type, so that an
-    # engine whose logits differ from HF's by rounding-level amounts still picks the same decode tokens.
+    # Pick the first prompt whose greedy continuation is clear-cut for every weight type (and every
+    # short reference), so that an engine whose logits differ from HF's by rounding-level amounts
+    # still picks the same decode tokens.
     for attempt in range(MAX_PROMPT_ATTEMPTS):
         prompt = make_prompt(spec, vocab, attempt)
         runs = {}
@@ -837,6 +978,8 @@ def generate(spec: ModelSpec, out_dir: Path, hf_dir: Path | None) -> list[dict]:
             model.load_state_dict(original)
             model.load_state_dict(as_stored, strict=False)     # a tied lm_head follows the embedding
             runs[type_name] = reference_run(model, prompt)
+            for suffix, n_prompt in spec.short_refs:
+                runs[type_name + suffix] = reference_run(model, prompt[:n_prompt])
         if min(decode_margin(logits) for _, logits in runs.values()) >= MIN_DECODE_MARGIN:
             break
     else:
@@ -849,8 +992,63 @@ def generate(spec: ModelSpec, out_dir: Path, hf_dir: Path | None) -> list[dict]:
         write_ref(out_dir / f"{stem}.ref", tokens, logits)
         summary.append({"file": stem, "max_abs_logit": float(np.abs(logits).max()),
                         "logit_std": float(logits.std()), "decode_margin": decode_margin(logits),
-                        "prompt_attempt": attempt, "decode": tokens[N_PROMPT:]})
+                        "prompt_attempt": attempt, "decode": tokens[len(tokens) - N_DECODE:]})
     return summary
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenizer references for the vocabularies of the newer architectures
+# ----------------------------------------------------------------------------------------------------
+
+TOKENIZER_CASES = [
+    "The river starts in the hills above the town and runs west.",
+    "Seven arches, 200 years: bread, cheese & honey at the caf\u00e9!",
+    "  two  spaces\nand a newline\tand a tab",
+    "<think>the marks go back</think> to the year",
+    "<|user|>Hello<|end|>",
+    "<|im_start|>user\nWhen does the river slow down?<|im_end|>",
+]
+
+
+def tokenizer_refs(vocab: Vocab, spec: ModelSpec, directory: Path) -> list[tuple[str, dict[str, list[int]]]]:
+    """Ids of TOKENIZER_CASES from the reference tokenizers, on the files export_hf writes: sentencepiece
+    for an SPM vocab (flags 00 and 10: no special-token parsing, which sentencepiece never does; add_bos
+    decides the 10 case) and HF tokenizers for a BPE vocab (flags 01: it always splits out added tokens;
+    00 too when the text holds no control-token text, since user-defined tokens split in both modes)."""
+    cases = []
+    if vocab.model == "llama":
+        import sentencepiece
+        sp = sentencepiece.SentencePieceProcessor(model_proto=(directory / "tokenizer.model").read_bytes())
+        bos = [vocab.special_ids["bos"]] if vocab.add_bos else []
+        for text in TOKENIZER_CASES:
+            ids = sp.encode(text)
+            cases.append((text, {"00": ids, "10": bos + ids}))
+    else:
+        import tokenizers
+        tok = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+        controls = [t for t, ty in zip(vocab.tokens, vocab.types) if ty == TokenType.CONTROL]
+        for text in TOKENIZER_CASES:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            variants = {"01": ids, "11": ids}      # add_bos is false: add_special adds nothing
+            if not any(c in text for c in controls):
+                variants["00"] = ids
+            cases.append((text, variants))
+    return cases
+
+
+def esc_text(data: bytes) -> str:
+    """tools/make-tokenizer-fixtures.py's escaping: printable ASCII as is but '\\' doubled, other bytes \\xHH."""
+    return "".join("\\\\" if c == 0x5C else chr(c) if 0x20 <= c < 0x7F else "\\x%02x" % c for c in data)
+
+
+def write_tokenizer_ref(path: Path, spec: ModelSpec, cases) -> None:
+    """The ids format of tests/fixtures/tokenizer/*.ref (T <text> / <add_special><parse_special> <ids>)."""
+    with open(path, "w", encoding="ascii", newline="\n") as f:
+        f.write(f"# {spec.name}: ids from the reference tokenizer (tools/make-model-fixtures.py)\n")
+        for text, variants in cases:
+            f.write(f"T\t{esc_text(text.encode('utf-8'))}\n")
+            for flags in sorted(variants, reverse=True):
+                f.write(f"{flags}\t{' '.join(str(i) for i in variants[flags])}\n")
 
 
 def main() -> int:

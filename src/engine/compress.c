@@ -169,19 +169,6 @@ void pkv_probe_query_stats(pkv_layer_probe *p, const pkv_hparams *hp, const pkv_
     pkv_pool_for(comp->pool, hp->n_head, qstats_head, &j);
 }
 
-/* The window queries the press reads: the newest `window` of those the probe
- * kept ([n_head][window][head_dim_k]), in the arena when fewer than all. */
-static const float *window_queries(const pkv_layer_probe *probe, const pkv_hparams *hp, int window, pkv_arena *arena) {
-    if (window >= probe->window) return probe->q;
-    float *sub = pkv_arena_alloc(arena, (size_t)hp->n_head * window * hp->head_dim_k * sizeof(float));
-    if (!sub) return NULL;
-    for (int h = 0; h < hp->n_head; h++)
-        memcpy(sub + (size_t)h * window * hp->head_dim_k,
-               probe->q + ((size_t)h * probe->window + probe->window - window) * hp->head_dim_k,
-               (size_t)window * hp->head_dim_k * sizeof(float));
-    return sub;
-}
-
 /* The rows of layer il's KV heads as the press reads them: counts, positions,
  * f32 keys (and values when asked), and for attention-sum presses the number
  * of the call's queries that could see each row (causal). */
@@ -261,11 +248,11 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
                         "layer %d already holds one head per query head; recompressing it is not supported", il);
     if (ops->needs_attn_sum && !probe->acc_rows)
         return pkv_fail(err, PKV_ERR_ARG, "press %s needs attention sums that this prefill did not keep", ops->name);
-    /* the press window: the newest queries of those kept */
+    /* the press window: the newest queries of those kept, read in place */
+    if (probe->window < 1) return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d: the prefill kept no window queries", il);
     int window = cfg->window < probe->window ? cfg->window : probe->window;
     if (window < 1) window = 1;
-    const float *q = window_queries(probe, hp, window, &s->arena);
-    if (!q) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+    int first = probe->window - window;
     layer_rows rows;
     if (gather_rows(s, probe, ops, il, &rows, err)) return -1;
     int press_layer, n_press_layers;
@@ -281,8 +268,9 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
         .head_dim_v = pkv_kvcache_head_dim_v(c, il),
         .attn_scale = hp->attn_scale,
         .window = window,
-        .q_window = q,
-        .q_pos = probe->q_pos + (probe->window - window),
+        .q_window = probe->q + (size_t)first * hp->head_dim_k,
+        .q_head_rows = probe->window,
+        .q_pos = probe->q_pos + first,
         .n_rows = rows.n_rows,
         .keys = rows.keys,
         .values = ops->needs_values ? rows.values : NULL,
@@ -329,4 +317,59 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
         stats->press_seconds += pkv_now_seconds() - t0;
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- a reconstruction pass: the press scores by its queries */
+
+int pkv_recon_observe(pkv_session *s, int il, const float *q, int c0, int nc, pkv_error *err) {
+    pkv_recon_state *r = s->recon;
+    const pkv_hparams *hp = &s->model->hp;
+    const pkv_kvcache *c = &s->cache;
+    int nkv = pkv_kvcache_n_heads(c, il), d = pkv_kvcache_head_dim_k(c, il);
+    int n_keys = r->n_sink + r->n_chunk + c0 + nc;
+    if ((int64_t)nkv * n_keys > r->keys_cap) {
+        float *k = realloc(r->keys, (size_t)nkv * n_keys * d * sizeof(float));
+        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer %d's pass keys", il);
+        r->keys = k;
+        r->keys_cap = (int64_t)nkv * n_keys;
+    }
+    pkv_arena_reset(&s->arena);
+    const float *key_ptr[64];
+    float *score_ptr[64];
+    if (nkv > 64) return pkv_fail(err, PKV_ERR_UNSUPPORTED, "kvzip: layer %d has %d KV heads (at most 64)", il, nkv);
+    for (int g = 0; g < nkv; g++) {
+        int rows = pkv_kvcache_head_rows(c, il, g);
+        const float *all = pkv_kvcache_head_k_f32(c, il, g);
+        if (!all) {
+            float *tmp = pkv_arena_alloc(&s->arena, (size_t)rows * d * sizeof(float) + 4);
+            if (!tmp) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d's keys", il);
+            pkv_kvcache_read_k(c, s->comp.kern, il, g, tmp);
+            all = tmp;
+        }
+        /* the sinks, the chunk, the pass so far: three runs of rows */
+        float *dst = r->keys + (size_t)g * n_keys * d;
+        size_t row = (size_t)d * sizeof(float);
+        memcpy(dst, all, (size_t)r->n_sink * row);
+        memcpy(dst + (size_t)r->n_sink * d, all + (size_t)r->chunk_begin * d, (size_t)r->n_chunk * row);
+        memcpy(dst + (size_t)(r->n_sink + r->n_chunk) * d, all + (size_t)r->ctx_rows * d, (size_t)(c0 + nc) * row);
+        key_ptr[g] = dst;
+        score_ptr[g] = r->scores[il][g] + r->chunk_begin;
+    }
+    pkv_press_recon_batch b = {
+        .layer = il,
+        .n_head = hp->n_head,
+        .n_head_kv = nkv,
+        .head_dim = d,
+        .n_query = nc,
+        .first_query = c0,
+        .q = q,
+        .n_sink = r->n_sink,
+        .n_chunk = r->n_chunk,
+        .keys = key_ptr,
+        .chunk_scores = score_ptr,
+        .comp = &s->comp,
+        .arena = &s->arena,
+    };
+    if (r->press->ops->recon->score_batch(r->press->params, &b, err)) return -1;
+    return pkv_check_mem_cap(s, il, err);
 }

@@ -17,7 +17,6 @@
 #include "base/error.h"
 #include "cache/attention.h"
 #include "engine/forward.h"
-#include "engine/reconstruct.h"
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -190,8 +189,9 @@ static void embed(pkv_session *s, const int32_t *tokens, int n) {
 }
 
 /* Layer il over the call's n tokens, chunk by chunk; probe (may be NULL)
- * keeps the window queries and, with attn_sums, the attention sums. */
-static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, bool attn_sums, pkv_error *err) {
+ * keeps the window queries and, when it was sized for them, the attention
+ * sums (pkv_probe_prepare). */
+static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_error *err) {
     const pkv_hparams *hp = &s->model->hp;
     pkv_work *w = &s->work;
     int n_batch = s->opts.n_batch;
@@ -199,7 +199,7 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, bool att
         int nc = n - c0 < n_batch ? n - c0 : n_batch;
         for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;
         float *x = w->hidden + (int64_t)c0 * hp->n_embd;
-        if (attention_block(s, il, x, w->pos, nc, probe && attn_sums ? probe->acc : NULL, probe, err)) return -1;
+        if (attention_block(s, il, x, w->pos, nc, probe && probe->acc_rows ? probe->acc : NULL, probe, err)) return -1;
         if (probe) pkv_probe_capture(probe, hp, w->q, w->pos, c0, nc);
         /* a reconstruction pass: the press scores the context by these queries */
         if (s->recon && pkv_layer_is_full(s->model, il) && pkv_recon_observe(s, il, w->q, c0, nc, err)) return -1;
@@ -255,7 +255,7 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
         /* sliding-window layers are never pressed (D.6): only full layers are probed */
         pkv_layer_probe *probe = pc.window > 0 && pkv_layer_is_full(s->model, il) ? &s->probes[il] : NULL;
         if (probe && pkv_probe_prepare(s, il, &pc, n, err)) return -1;
-        if (layer(s, il, n, probe, pc.attn_sums, err)) return -1;
+        if (layer(s, il, n, probe, err)) return -1;
         if (probe && press && pkv_compress_layer(s, probe, press, il, stats, err)) return -1;
     }
     output_logits(s, n, row_fn, user);

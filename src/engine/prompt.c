@@ -86,13 +86,15 @@ static int render(const pkv_model *m, conversation *c, const char *content, char
 }
 
 /* The user's content as the template renders it: context + question, with
- * what a trimming template drops at its ends dropped from the segments. */
+ * what a trimming template drops at its ends dropped from the segments (at
+ * the end only for a template that strips the content with text before it,
+ * as Llama 2's first turn with its system block). */
 typedef struct {
     const char *context, *question;
     size_t nc, nq;
 } content_segments;
 
-static void trim_segments(content_segments *s) {
+static void trim_segments(content_segments *s, bool end_only) {
     size_t n = s->nc + s->nq;
     char *joined = malloc(n + 1);
     if (!joined) return; /* the rendering check below then fails cleanly */
@@ -101,6 +103,7 @@ static void trim_segments(content_segments *s) {
     size_t begin, end;
     pkv_chat_trim_span(joined, n, &begin, &end);
     free(joined);
+    if (end_only) begin = 0;
     size_t from_context = begin < s->nc ? begin : s->nc;
     s->context += from_context;
     s->nc -= from_context;
@@ -123,7 +126,7 @@ static char *join(const content_segments *s) {
 static int build_chat(const pkv_model *m, const pkv_prompt_parts *p, token_list *t, pkv_prompt_tokens *out,
                       pkv_error *err) {
     conversation conv = {0};
-    char *shape = NULL, *full = NULL, *content = NULL;
+    char *shape = NULL, *full = NULL, *content = NULL, *as_given = NULL;
     int shape_len, full_len, system_end = 0, full_system_end;
     int rc = -1;
     if (conversation_of(p, &conv, err)) goto out;
@@ -140,6 +143,10 @@ static int build_chat(const pkv_model *m, const pkv_prompt_parts *p, token_list 
         goto out;
     }
     size_t head = (size_t)(mark - shape), tail = (size_t)shape_len - head - 1;
+    /* the rendering of the content as given, then of trimmed segments that
+     * must render the same text (attempt 1: both ends, 2: the end) */
+    const content_segments given = seg;
+    int given_len = 0;
     for (int attempt = 0;; attempt++) {
         free(content);
         free(full);
@@ -149,14 +156,22 @@ static int build_chat(const pkv_model *m, const pkv_prompt_parts *p, token_list 
             goto out;
         }
         if (render(m, &conv, content, &full, &full_len, &full_system_end, err)) goto out;
-        if ((size_t)full_len == head + seg.nc + seg.nq + tail && !memcmp(full, shape, head) &&
-            !memcmp(full + head + seg.nc + seg.nq, mark + 1, tail))
+        if (attempt == 0) {
+            as_given = full;
+            given_len = full_len;
+            full = NULL;
+        }
+        const char *r = attempt == 0 ? as_given : full;
+        if ((size_t)full_len == head + seg.nc + seg.nq + tail && !memcmp(r, shape, head) &&
+            !memcmp(r + head + seg.nc + seg.nq, mark + 1, tail) &&
+            (attempt == 0 || (full_len == given_len && !memcmp(full, as_given, (size_t)full_len))))
             break;
-        if (attempt == 1) {
+        if (attempt == 2) {
             pkv_fail(err, PKV_ERR_UNSUPPORTED, "chat prompt: the model's chat template changes the user's text");
             goto out;
         }
-        trim_segments(&seg); /* Gemma's and Llama 3's templates trim the content */
+        seg = given;
+        trim_segments(&seg, attempt == 1); /* Gemma's, Llama 3's, Command R's templates trim the content */
     }
     if ((size_t)system_end > head) system_end = (int)head;
     if (append(m, t, shape, (size_t)system_end, false, true, err)) goto out;
@@ -174,6 +189,7 @@ out:
     free(shape);
     free(full);
     free(content);
+    free(as_given);
     return rc;
 }
 

@@ -56,8 +56,14 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
         return NULL;
     }
     s->comp = (pkv_compute){.kern = model->kern, .pool = s->pool};
-    pkv_rope_inv_freq(&hp->rope_global, s->work.inv_freq_global);
-    pkv_rope_inv_freq(&hp->rope_local, s->work.inv_freq_local);
+    pkv_rope_params rope_global, rope_local; /* LongRoPE's factors depend on n_ctx (docs/engine.md §5.3) */
+    if (pkv_model_session_rope(model, opts.n_ctx, &rope_global, &rope_local, err)) {
+        free(windows);
+        pkv_session_free(s);
+        return NULL;
+    }
+    pkv_rope_inv_freq(&rope_global, s->work.inv_freq_global);
+    pkv_rope_inv_freq(&rope_local, s->work.inv_freq_local);
     for (int il = 0; il < hp->n_layer; il++) windows[il] = pkv_layer_is_full(model, il) ? 0 : hp->sliding_window;
     int rc = pkv_kvcache_init(&s->cache, opts.cache_type, hp->n_layer, hp->n_head_kv, hp->head_dim_k,
                               hp->head_dim_v, windows, err);
@@ -189,7 +195,7 @@ int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, con
         if (pkv_recon_check(s, press, true, err)) return -1;
         if (pkv_forward(s, tokens, n, NULL, &keep, NULL, NULL, &fs, err)) return -1;
         s->probes_ok = false;
-        if (pkv_recon_press(s, s->probes, tokens, n, frame, press, &fs, err)) {
+        if (pkv_recon_press(s, s->probes, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs, err)) {
             s->broken = true; /* the prompt is in, unpressed: only a reset helps */
             return -1;
         }
@@ -223,6 +229,11 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
     pkv_error_clear(err);
     if (dst == src) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs two different sessions");
     if (dst->model != src->model) return pkv_fail(err, PKV_ERR_ARG, "pkv_session_copy needs sessions of the same model");
+    if (memcmp(dst->work.inv_freq_global, src->work.inv_freq_global,
+               (size_t)src->model->hp.rope_global.n_rot / 2 * sizeof(float)))
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "pkv_session_copy needs sessions with the same RoPE (LongRoPE: both context lengths on the "
+                        "same side of the original context %d)", src->model->hp.n_ctx_orig);
     if (press && press->ops) {
         if (pkv_press_cfg_check(press, err)) return -1;
         if (!src->probes_ok)
@@ -250,7 +261,8 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
     pkv_compress_stats fs = {0};
     if (is_recon_press(press)) {
         dst->broken = false; /* the copy is whole: the passes run on it */
-        if (pkv_recon_press(dst, src->probes, tokens, n, frame, press, &fs, err)) {
+        if (pkv_recon_press(dst, src->probes, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs,
+                            err)) {
             dst->broken = true;
             return -1;
         }

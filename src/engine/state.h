@@ -42,8 +42,8 @@ typedef struct {
     int window;         /* queries kept: those of the call's last `window` tokens */
     float *q;           /* [n_head][window][head_dim_k] post-RoPE */
     int32_t *q_pos;     /* [window] */
-    float **acc;        /* [n_head] -> attention summed over the call's queries, per row; NULL if not kept */
-    int64_t acc_rows;   /* rows each acc array covers (the layer's rows at the end of the call) */
+    float **acc;        /* [n_head] -> attention summed over the call's queries, per row */
+    int64_t acc_rows;   /* rows each acc array covers (the layer's rows at the end of the call); 0: no sums kept */
     int n_new;          /* tokens of the call */
     int32_t first_pos;  /* position of the call's first token */
     /* Pre-RoPE query statistics of the call (Expected Attention), when kept:

@@ -1,12 +1,12 @@
 /*
- * CPU feature detection and the immutable kernel tables (quant.h), one per
+ * CPU feature detection and the immutable kernel tables (table.h), one per
  * SIMD level. Detection runs on every call (cpuid through libgcc, which also
  * checks that the OS saves the wide registers): there is no cached global.
  */
 #include <stdbool.h>
 
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ detection */
 

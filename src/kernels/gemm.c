@@ -1,5 +1,5 @@
 /*
- * Batched matmul (quant.h "batched matmul"): activation packing, the pack
+ * Batched matmul (table.h "batched matmul"): activation packing, the pack
  * geometry, and the scalar reference kernels that gemm_avx2.c and
  * gemm_avx512.c must reproduce bit for bit.
  *
@@ -21,7 +21,7 @@
 
 #include "kernels/f16.h"
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ pack geometry */
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 #include "kernels/simd_x86.h"
 
 enum { ROWS = PKV_GEMM_ROWS, KC = PKV_GEMM_KC_Q, NB32 = PKV_GEMM_KC_Q / 32, NB256 = PKV_GEMM_KC_Q / 256 };
@@ -210,15 +210,7 @@ void pkv_gemm_q6_K_avx2(const pkv_gemm_args *a) { gemm_kquant(a, PKV_TYPE_Q6_K);
 static inline __attribute__((always_inline)) void gemm_float(const pkv_gemm_args *a, bool f16) {
     float st[ROWS][PKV_GEMM_KC_F];
     const int64_t n = a->k1 - a->k0;
-    for (int r = 0; r < ROWS; r++) {
-        if (r >= a->n_rows) {
-            memset(st[r], 0, (size_t)n * sizeof(float));
-            continue;
-        }
-        const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
-        if (f16) pkv_f16_to_f32_avx2((const uint16_t *)row + a->k0, st[r], n);
-        else memcpy(st[r], (const float *)row + a->k0, (size_t)n * sizeof(float));
-    }
+    gemm_stage_float(a, f16 ? pkv_f16_to_f32_avx2 : NULL, st);
     for (int g = 0; g < a->n_groups; g++) {
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;
         const float *x0 = (const float *)((const uint8_t *)a->act + (size_t)g * a->group_bytes) + a->k0 * PKV_GEMM_TOK;

@@ -1,5 +1,5 @@
 /*
- * The kernels behind the pkv_kernels tables (quant.h), one set per SIMD
+ * The kernels behind the pkv_kernels tables (table.h), one set per SIMD
  * level. quant.c (block formats), vec.c (float kernels) and gemm.c (batched
  * matmul) hold the scalar references, their _avx2.c and _avx512.c siblings
  * the vector versions; cpu.c detects the CPU and assembles the immutable
@@ -7,7 +7,7 @@
  * through pkv_kernels_get so a kernel is only reached on a CPU that has it.
  *
  * Contract shared by every kernel: n is a multiple of the type's block size
- * (quant.h), pointers need no alignment beyond their element type, and
+ * (table.h), pointers need no alignment beyond their element type, and
  * dequant/quantize never read or write past n elements.
  */
 #ifndef PKV_KERNEL_LEVELS_H
@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "kernels/quant.h"
+#include "kernels/table.h"
 
 /* The weight and activation types with real kernels, as a list macro so each
  * level declares the same names: X(suffix-of-type). */
@@ -45,7 +45,7 @@
     void pkv_att_scores_##LEVEL(int nq, int dk, const float *q, const float *kt, float *s);    \
     void pkv_att_accum_##LEVEL(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 
-/* Byte offsets inside one packed activation block (quant.h, batched matmul). */
+/* Byte offsets inside one packed activation block (table.h, batched matmul). */
 enum {
     PACK32_QS = 0, PACK32_D = 512, PACK32_SUM = 576, PACK32_BYTES = 640,
     PACK256_QS = 0, PACK256_D = 4096, PACK256_BSUMS = 4160, PACK256_BYTES = 4672,

@@ -6,10 +6,10 @@
 /* ---------------------------------------------------------------- matmul
  *
  * Two paths. With few tokens (decode) each weight row is dotted with each
- * activation row by the fused vec_dot kernels (quant.h), rows handed out to
+ * activation row by the fused vec_dot kernels (table.h), rows handed out to
  * threads in chunks: the weights stream through once, which is all a
  * memory-bound matrix-vector product can do. With more tokens (prefill) the
- * batched kernels take 8 rows x 16 tokens at a time (quant.h "batched
+ * batched kernels take 8 rows x 16 tokens at a time (table.h "batched
  * matmul"): the activations are packed once, the output is cut into tiles of
  * (a panel of token groups, 8 rows), and each tile runs over K in chunks that
  * keep the unpacked rows in L1 and the panel in L2.
@@ -372,6 +372,9 @@ enum { ROPE_MAX_PAIRS = 512 };
 void pkv_rope(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos, const pkv_rope_params *p,
               const float *inv_freq) {
     const int half = p->n_rot / 2;
+    /* the rotated dims are scaled by attn_factor, the copied ones are not
+     * (docs/engine.md §5.3); by 1.0 exactly when the file states none */
+    const double mscale = p->attn_factor > 0.0f ? (double)p->attn_factor : 1.0;
     double c[ROPE_MAX_PAIRS], s[ROPE_MAX_PAIRS], c_step[ROPE_MAX_PAIRS], s_step[ROPE_MAX_PAIRS];
     const bool recur = half <= ROPE_MAX_PAIRS;
     if (recur)
@@ -392,7 +395,7 @@ void pkv_rope(float *x, int n_tok, int n_heads, int head_dim, const int32_t *pos
                 st = sin(theta);
             }
             if (recur) c[i] = ct, s[i] = st;
-            const float cs = (float)ct, sn = (float)st;
+            const float cs = (float)(ct * mscale), sn = (float)(st * mscale);
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((int64_t)t * n_heads + h) * head_dim;
                 int a = p->mode == PKV_ROPE_NEOX ? i : 2 * i;

@@ -28,7 +28,7 @@ size_t pkv_matmul_scratch_bytes(int64_t k, int n_tok, int n_threads);
 /* y[t, m] = sum_k W[m, k] x[t, k]   for t < n_tok, m < w->ne[1].
  * x: n_tok rows of w->ne[0] floats; y: n_tok rows of w->ne[1] floats.
  * Weight rows are dotted with activations converted to the weight type's
- * activation format (quant.h), as llama.cpp does; if the kernel table has no
+ * activation format (table.h), as llama.cpp does; if the kernel table has no
  * fused dot for the type, rows are dequantised and dotted in f32. */
 void pkv_matmul(const pkv_compute *c, const pkv_tensor *w, const float *x, int n_tok, float *y,
                 void *scratch);
@@ -55,7 +55,7 @@ void pkv_add_bias(float *x, const float *bias, int n, int n_rows);
 /* y += x */
 void pkv_add(float *y, const float *x, int64_t n);
 
-/* GeGLU / SwiGLU: gate[i] = act(gate[i]) * up[i] (formulas: quant.h) */
+/* GeGLU / SwiGLU: gate[i] = act(gate[i]) * up[i] (formulas: table.h) */
 void pkv_gelu_tanh_mul(const pkv_compute *c, float *gate, const float *up, int64_t n);
 void pkv_silu_mul(const pkv_compute *c, float *gate, const float *up, int64_t n);
 
@@ -72,6 +72,8 @@ typedef struct {
     float base;            /* theta base */
     float freq_scale;      /* linear scaling: 1/factor */
     const float *freq_factors; /* rope_freqs.weight (n_rot/2) or NULL: theta_i /= ff_i */
+    float attn_factor;     /* multiplies cos and sin (rope.scaling.attn_factor, LongRoPE's
+                              magnitude scale); 0 means 1, so a zeroed set is plain RoPE */
 } pkv_rope_params;
 
 /* Precomputed inverse frequencies theta_i / pos for one parameter set. */

@@ -514,15 +514,15 @@ float pkv_vec_dot_q6_K_scalar(int64_t n, const void *weight_row, const void *act
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
             const int8_t *sc = x[i].scales + 8 * h, *a = y[i].qs + 128 * h;
-            for (int half = 0; half < 2; half++) { /* l in [16*half, 16*half + 16) */
+            for (int sub = 0; sub < 2; sub++) { /* l in [16*sub, 16*sub + 16) */
                 int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-                for (int l = 16 * half; l < 16 * half + 16; l++) {
+                for (int l = 16 * sub; l < 16 * sub + 16; l++) {
                     s0 += ((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) * a[l];
                     s1 += ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) * a[l + 32];
                     s2 += ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) * a[l + 64];
                     s3 += ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) * a[l + 96];
                 }
-                sumi += sc[half] * s0 + sc[half + 2] * s1 + sc[half + 4] * s2 + sc[half + 6] * s3;
+                sumi += sc[sub] * s0 + sc[sub + 2] * s1 + sc[sub + 4] * s2 + sc[sub + 6] * s3;
             }
         }
         int32_t offset = 0;
@@ -563,11 +563,11 @@ static float signed_absmax(const float *x, int n) {
 /* Q4_0/Q5_0: d = max/-2^(bits-1) so the extreme value maps to the lowest code
  * (ggml's choice), q = round(x/d) + 2^(bits-1). */
 static void quantize_symmetric_block(const float *x, int bits, uint16_t *d_out, uint8_t q[32]) {
-    const int half = 1 << (bits - 1);
-    *d_out = f16_scale(signed_absmax(x, 32) / (float)-half);
+    const int mid = 1 << (bits - 1);
+    *d_out = f16_scale(signed_absmax(x, 32) / (float)-mid);
     const float d = pkv_f16_to_f32(*d_out);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int j = 0; j < 32; j++) q[j] = (uint8_t)round_clamp(x[j] * id + (float)half, 0, 2 * half - 1);
+    for (int j = 0; j < 32; j++) q[j] = (uint8_t)round_clamp(x[j] * id + (float)mid, 0, 2 * mid - 1);
 }
 
 /* Q4_1/Q5_1: x = q*d + m with m = min, d = (max - min)/(2^bits - 1). */

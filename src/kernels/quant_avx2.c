@@ -18,7 +18,7 @@
 
 #include "kernels/f16.h"
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 #include "kernels/simd_x86.h"
 
 /* ------------------------------------------------------------------ helpers */

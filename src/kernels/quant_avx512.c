@@ -24,7 +24,7 @@
 #include <math.h>
 
 #include "kernels/levels.h"
-#include "kernels/quant.h"
+#include "kernels/table.h"
 #include "kernels/simd_x86.h"
 
 #pragma GCC target("avx512vnni")

@@ -1,6 +1,6 @@
 /*
  * Inline helpers shared by the x86 SIMD kernel files (quant_avx2.c,
- * quant_avx512.c, gemm_avx2.c, gemm_avx512.c). Include only from files compiled with at least
+ * quant_avx512.c, gemm_avx2.c, gemm_avx512.c, vec_avx2.c, vec_avx512.c). Include only from files compiled with at least
  * -mavx2 -mfma -mf16c.
  */
 #ifndef PKV_SIMD_X86_H
@@ -11,12 +11,13 @@
 #endif
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/quant.h"
+#include "kernels/table.h"
 
 static inline float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -297,7 +298,7 @@ static inline void gemm_prefetch_out(const pkv_gemm_args *a, int g) {
     for (int t = t0; t < t1; t++) _mm_prefetch((const char *)(a->y + (int64_t)t * a->ldy), _MM_HINT_T0);
 }
 
-/* Batched matmul output (quant.h pkv_gemm_args): 8 tokens x n_rows values,
+/* Batched matmul output (table.h pkv_gemm_args): 8 tokens x n_rows values,
  * one vector per row (t[r] = row r of tokens tok0..tok0+7), to acc or, on
  * the last chunk, transposed into y. */
 static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int h, __m256 v[8]) {
@@ -316,6 +317,37 @@ static inline void gemm_put8(const pkv_gemm_args *a, float *acc_g, int tok0, int
         _mm256_storeu_ps(tmp, v[i]);
         memcpy(a->y + (int64_t)(tok0 + i) * a->ldy, tmp, (size_t)a->n_rows * sizeof(float));
     }
+}
+
+/* The float weights' batched matmul (gemm_float of gemm_avx2.c and
+ * gemm_avx512.c) reads its PKV_GEMM_ROWS weight rows of the K chunk as f32:
+ * F16 rows converted by f16_to_f32 (the caller's level's; NULL for F32
+ * rows), rows past n_rows zero. */
+static inline void gemm_stage_float(const pkv_gemm_args *a, void (*f16_to_f32)(const uint16_t *, float *, int64_t),
+                                    float st[PKV_GEMM_ROWS][PKV_GEMM_KC_F]) {
+    const int64_t n = a->k1 - a->k0;
+    for (int r = 0; r < PKV_GEMM_ROWS; r++) {
+        if (r >= a->n_rows) {
+            memset(st[r], 0, (size_t)n * sizeof(float));
+            continue;
+        }
+        const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
+        if (f16_to_f32) f16_to_f32((const uint16_t *)row + a->k0, st[r], n);
+        else memcpy(st[r], (const float *)row + a->k0, (size_t)n * sizeof(float));
+    }
+}
+
+/* Columns [e0, dv) of att_accum (table.h) for queries [i0, i1), element by
+ * element in the reference's order: the tail the vector loops of vec_avx2.c
+ * and vec_avx512.c leave. */
+static inline void att_accum_cols(int i0, int i1, int e0, int dv, const float *p, const float *alpha, const float *vt,
+                                  float *o) {
+    for (int i = i0; i < i1; i++)
+        for (int e = e0; e < dv; e++) {
+            float x = o[(size_t)i * dv + e] * alpha[i];
+            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
+            o[(size_t)i * dv + e] = x;
+        }
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * Float kernels, scalar: dot products and axpy over f32 and f16 rows, f16
  * conversion, exp and the gated activations, and the attention blocks
- * (quant.h "float helpers", "attention blocks"). The _scalar versions make the
+ * (table.h "float helpers", "attention blocks"). The _scalar versions make the
  * scalar table; the _ref versions are the bit-exact references (fused
  * multiply-adds in the SIMD kernels' order) that vec_avx2.c and vec_avx512.c
  * are tested against.
@@ -12,6 +12,7 @@
 
 #include "kernels/f16.h"
 #include "kernels/levels.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ float helpers */
 

@@ -4,12 +4,12 @@
  * attention blocks. Reached only through the AVX2/AVX-512 kernel tables (cpu.c).
  */
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
 #include "kernels/f16.h"
 #include "kernels/levels.h"
 #include "kernels/simd_x86.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ float helpers */
 
@@ -182,16 +182,6 @@ void pkv_att_scores_avx2(int nq, int dk, const float *q, const float *kt, float 
     }
 }
 
-/* Columns [e0, dv) of queries [i0, i1), element by element. */
-static void accum_cols(int i0, int i1, int e0, int dv, const float *p, const float *alpha, const float *vt, float *o) {
-    for (int i = i0; i < i1; i++)
-        for (int e = e0; e < dv; e++) {
-            float x = o[(size_t)i * dv + e] * alpha[i];
-            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
-            o[(size_t)i * dv + e] = x;
-        }
-}
-
 /* Two queries x 32 value dimensions per pass: the 4 value loads of each key
  * serve both queries. */
 void pkv_att_accum_avx2(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
@@ -222,7 +212,7 @@ void pkv_att_accum_avx2(int nq, int dv, const float *p, const float *alpha, cons
                 _mm256_storeu_ps(o1 + e + 8 * c, x1[c]);
             }
         }
-        accum_cols(i, i + 2, e32, dv, p, alpha, vt, o);
+        att_accum_cols(i, i + 2, e32, dv, p, alpha, vt, o);
     }
     for (; i < nq; i++) {
         const __m256 a0 = _mm256_set1_ps(alpha[i]);
@@ -237,6 +227,6 @@ void pkv_att_accum_avx2(int nq, int dv, const float *p, const float *alpha, cons
             }
             for (int c = 0; c < 4; c++) _mm256_storeu_ps(o0 + e + 8 * c, x0[c]);
         }
-        accum_cols(i, i + 1, e32, dv, p, alpha, vt, o);
+        att_accum_cols(i, i + 1, e32, dv, p, alpha, vt, o);
     }
 }

@@ -5,15 +5,15 @@
  * the rest of that table's float kernels is the AVX2 code.
  */
 #include <immintrin.h>
-#include <math.h>
 #include <string.h>
 
 #include "kernels/levels.h"
 #include "kernels/simd_x86.h"
+#include "kernels/table.h"
 
 /* ------------------------------------------------------------------ attention blocks */
 
-/* quant.h att_scores: 8 queries at a time, one 16-key vector each; the query
+/* table.h att_scores: 8 queries at a time, one 16-key vector each; the query
  * element is a broadcast memory operand of the FMA. */
 void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, float *s) {
     int i = 0;
@@ -36,17 +36,7 @@ void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, floa
     }
 }
 
-/* Columns [e0, dv) of queries [i0, i1), element by element (quant.c order). */
-static void accum_cols(int i0, int i1, int e0, int dv, const float *p, const float *alpha, const float *vt, float *o) {
-    for (int i = i0; i < i1; i++)
-        for (int e = e0; e < dv; e++) {
-            float x = o[(size_t)i * dv + e] * alpha[i];
-            for (int j = 0; j < PKV_ATT_BK; j++) x = fmaf(p[i * PKV_ATT_BK + j], vt[(size_t)j * dv + e], x);
-            o[(size_t)i * dv + e] = x;
-        }
-}
-
-/* quant.h att_accum: 4 queries x 64 value dimensions per pass, so each value
+/* table.h att_accum: 4 queries x 64 value dimensions per pass, so each value
  * vector loaded serves 4 queries. */
 void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
     const int e64 = dv & ~63;
@@ -74,7 +64,7 @@ void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, co
             for (int a = 0; a < 4; a++)
                 for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)(i + a) * dv + e + 16 * c, x[a][c]);
         }
-        accum_cols(i, i + 4, e64, dv, p, alpha, vt, o);
+        att_accum_cols(i, i + 4, e64, dv, p, alpha, vt, o);
     }
     for (; i < nq; i++) {
         const __m512 al = _mm512_set1_ps(alpha[i]);
@@ -87,6 +77,6 @@ void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, co
             }
             for (int c = 0; c < 4; c++) _mm512_storeu_ps(o + (size_t)i * dv + e + 16 * c, x[c]);
         }
-        accum_cols(i, i + 1, e64, dv, p, alpha, vt, o);
+        att_accum_cols(i, i + 1, e64, dv, p, alpha, vt, o);
     }
 }

@@ -132,29 +132,45 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
     if (n_rot <= 0 || n_rot > hp->head_dim_k || n_rot % 2)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: rope.dimension_count %d must be even and <= head dim %d",
                         model->file.path, n_rot, hp->head_dim_k);
-    float base, factor;
+    float base, factor, attn_factor;
     if (meta_float(&m, "rope.freq_base", false, true, 10000.0f, &base)) return -1;
     /* absent: no scaling; present, it must be a real factor (not silently "none") */
     if (meta_float(&m, "rope.scaling.factor", false, true, 0.0f, &factor)) return -1;
+    /* the magnitude scale of cos and sin (LongRoPE's; llama.cpp reads it for every architecture) */
+    if (meta_float(&m, "rope.scaling.attn_factor", false, true, 1.0f, &attn_factor)) return -1;
+    if (meta_int(&m, "rope.scaling.original_context_length", false, false, hp->n_ctx_train, &hp->n_ctx_orig))
+        return -1;
+    if (hp->n_ctx_orig <= 0)
+        return pkv_fail(err, PKV_ERR_FORMAT, "%s: key %s.rope.scaling.original_context_length = %d must be > 0",
+                        model->file.path, model->arch_name, hp->n_ctx_orig);
     char key[160];
     arch_key(&m, "rope.scaling.type", key, sizeof key);
     gguf_str stype;
     int rc = gguf_get_str(&model->file, key, &stype, err);
     if (rc < 0) return -1;
-    if (rc == 0 && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear")) {
-        char tbuf[64];
-        gguf_str_copy(stype, tbuf, sizeof tbuf);
-        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: rope scaling type '%s' is not supported (none, linear)",
-                        model->file.path, tbuf);
-    }
-    if (rc == 0 && gguf_str_eq(stype, "none")) factor = 0.0f;
+    char tbuf[64] = "";
+    if (rc == 0) gguf_str_copy(stype, tbuf, sizeof tbuf);
+    /* none, linear (the default, as in llama.cpp), and phi3's LongRoPE, whose
+     * scaling is in its factor tensors (docs/engine.md §5.3); YaRN and the rest are refused */
+    bool longrope = rc == 0 && !strcmp(tbuf, "longrope") && model->arch->long_short_rope;
+    if (rc == 0 && strcmp(tbuf, "none") && strcmp(tbuf, "linear") && !longrope)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: key %s = '%s' is not supported (none, linear%s)",
+                        model->file.path, key, tbuf, model->arch->long_short_rope ? ", longrope" : "");
+    if (longrope && factor > 0.0f)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                        "%s: key %s.rope.scaling.factor = %g with rope.scaling.type 'longrope' is not supported "
+                        "(LongRoPE scales by its rope_factors_long/short tensors)",
+                        model->file.path, model->arch_name, factor);
+    if (!strcmp(tbuf, "none")) factor = 0.0f;
     hp->rope_global = (pkv_rope_params){
         .mode = model->arch->rope_mode,
         .n_rot = n_rot,
         .base = base,
         .freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f,
+        .attn_factor = attn_factor,
     };
-    /* Local (sliding-window) layers: gemma3 uses base 10000 and no scaling. */
+    /* Local (sliding-window) layers: gemma3 uses base 10000 and no scaling;
+     * phi3's sliding layers are its only layers and share the global RoPE. */
     hp->rope_local = hp->rope_global;
     if (model->arch->swa_rope_base > 0.0f) {
         /* newer converters write the local base; older files rely on the hard-coded value */
@@ -168,7 +184,7 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
     if (meta_float(&m, "attention.scale", false, true, 0.0f, &attn_scale)) return -1;
     hp->attn_scale = attn_scale > 0.0f ? attn_scale : 1.0f / sqrtf((float)hp->head_dim_k);
     /* Gemma 3 27B scales by 1/sqrt(n_embd/n_head) (docs/engine.md §3.2) */
-    if (model->arch->swa_pattern_6 && hp->n_layer == 62 && attn_scale <= 0.0f)
+    if (model->arch->swa == PKV_SWA_GEMMA3 && hp->n_layer == 62 && attn_scale <= 0.0f)
         hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / hp->n_head);
     hp->embd_scale = model->arch->embd_scale_sqrt ? sqrtf((float)hp->n_embd) : 1.0f;
 
@@ -180,10 +196,17 @@ static int read_hparams(pkv_model *model, pkv_error *err) {
 
     hp->layer_swa = calloc((size_t)hp->n_layer, sizeof *hp->layer_swa);
     if (!hp->layer_swa) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer flags");
-    if (model->arch->swa_pattern_6 && hp->sliding_window > 0)
-        for (int il = 0; il < hp->n_layer; il++) hp->layer_swa[il] = il % 6 < 5;
-    else
-        hp->sliding_window = 0; /* other architectures here have full attention everywhere */
+    pkv_swa_pattern swa = hp->sliding_window > 0 ? model->arch->swa : PKV_SWA_NONE;
+    if (swa == PKV_SWA_ALL && hp->sliding_window >= hp->n_ctx_train) {
+        /* Phi-3.5's 262144 over a trained 131072: the window never masks a
+         * token of a trained-length sequence, and sliding layers would not be
+         * pressed; the layers stay full and longer sessions are refused (§3.6) */
+        hp->swa_unapplied = hp->sliding_window;
+        swa = PKV_SWA_NONE;
+    }
+    for (int il = 0; il < hp->n_layer; il++)
+        hp->layer_swa[il] = swa == PKV_SWA_ALL || (swa == PKV_SWA_GEMMA3 && il % 6 < 5);
+    if (swa == PKV_SWA_NONE) hp->sliding_window = 0; /* full attention everywhere */
     return 0;
 }
 
@@ -223,6 +246,72 @@ static int bind_tensor(pkv_model *model, pkv_tensor *t, const char *name, int64_
     return 0;
 }
 
+/* rows [row0, row0 + n_rows) of a bound 2-D tensor, as a tensor of its own:
+ * the q, k and v parts of a fused attn_qkv, the gate and up parts of phi3's
+ * ffn_up (whole rows, so any block type splits cleanly). */
+static pkv_tensor row_view(const pkv_tensor *t, int64_t row0, int64_t n_rows) {
+    pkv_tensor v = *t;
+    v.ne[1] = n_rows;
+    v.data = (const uint8_t *)t->data + (uint64_t)row0 * t->row_bytes;
+    v.nbytes = (uint64_t)n_rows * t->row_bytes;
+    return v;
+}
+
+/* Q, K and V of layer il: attn_q/k/v, or one attn_qkv holding the q rows,
+ * then the k rows, then the v rows (phi3; llama.cpp's create_tensor_qkv takes
+ * either form, docs/engine.md §3.6). */
+static int bind_qkv(pkv_model *model, int il, int64_t q_dim, int64_t k_dim, int64_t v_dim, pkv_error *err) {
+    pkv_layer_weights *L = &model->layers[il];
+    char name[GGUF_MAX_NAME + 32];
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", il);
+    if (!gguf_find_tensor(&model->file, name)) {
+        snprintf(name, sizeof name, "blk.%d.attn_q.weight", il);
+        if (bind_tensor(model, &L->wq, name, model->hp.n_embd, q_dim, true, err)) return -1;
+        snprintf(name, sizeof name, "blk.%d.attn_k.weight", il);
+        if (bind_tensor(model, &L->wk, name, model->hp.n_embd, k_dim, true, err)) return -1;
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
+        return bind_tensor(model, &L->wv, name, model->hp.n_embd, v_dim, true, err);
+    }
+    pkv_tensor qkv;
+    if (bind_tensor(model, &qkv, name, model->hp.n_embd, q_dim + k_dim + v_dim, true, err)) return -1;
+    snprintf(name, sizeof name, "blk.%d.attn_q.weight", il);
+    if (gguf_find_tensor(&model->file, name))
+        return pkv_fail(err, PKV_ERR_FORMAT, "%s: layer %d has both attn_qkv.weight and attn_q.weight",
+                        model->file.path, il);
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.bias", il);
+    if (gguf_find_tensor(&model->file, name))
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: tensor %s (a fused QKV bias) is not supported",
+                        model->file.path, name);
+    L->wq = row_view(&qkv, 0, q_dim);
+    L->wk = row_view(&qkv, q_dim, k_dim);
+    L->wv = row_view(&qkv, q_dim + k_dim, v_dim);
+    return 0;
+}
+
+/* Gate and up of layer il: ffn_gate and ffn_up, or (phi3) one ffn_up of
+ * 2 n_ff rows, the gate's first (HF Phi3MLP's chunk(2); docs/engine.md §3.6). */
+static int bind_gate_up(pkv_model *model, int il, pkv_error *err) {
+    const pkv_hparams *hp = &model->hp;
+    pkv_layer_weights *L = &model->layers[il];
+    char name[GGUF_MAX_NAME + 32];
+    if (!model->arch->fused_gate_up) {
+        snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", il);
+        if (bind_tensor(model, &L->w_gate, name, hp->n_embd, hp->n_ff, true, err)) return -1;
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", il);
+        return bind_tensor(model, &L->w_up, name, hp->n_embd, hp->n_ff, true, err);
+    }
+    snprintf(name, sizeof name, "blk.%d.ffn_gate.weight", il);
+    if (gguf_find_tensor(&model->file, name))
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: tensor %s: %s holds gate and up in ffn_up", model->file.path,
+                        name, model->arch_name);
+    pkv_tensor gate_up;
+    snprintf(name, sizeof name, "blk.%d.ffn_up.weight", il);
+    if (bind_tensor(model, &gate_up, name, hp->n_embd, 2 * (int64_t)hp->n_ff, true, err)) return -1;
+    L->w_gate = row_view(&gate_up, 0, hp->n_ff);
+    L->w_up = row_view(&gate_up, hp->n_ff, hp->n_ff);
+    return 0;
+}
+
 static int bind_layer(pkv_model *model, int il, pkv_error *err) {
     const pkv_hparams *hp = &model->hp;
     const pkv_arch *a = model->arch;
@@ -236,9 +325,7 @@ static int bind_layer(pkv_model *model, int il, pkv_error *err) {
         if (bind_tensor(model, &L->field, name, ne0, ne1, req, err)) return -1;      \
     } while (0)
     BIND(attn_norm, "attn_norm.weight", hp->n_embd, 0, true);
-    BIND(wq, "attn_q.weight", hp->n_embd, q_dim, true);
-    BIND(wk, "attn_k.weight", hp->n_embd, k_dim, true);
-    BIND(wv, "attn_v.weight", hp->n_embd, v_dim, true);
+    if (bind_qkv(model, il, q_dim, k_dim, v_dim, err)) return -1;
     BIND(wo, "attn_output.weight", o_dim, hp->n_embd, true);
     BIND(bq, "attn_q.bias", q_dim, 0, a->qkv_bias);
     BIND(bk, "attn_k.bias", k_dim, 0, a->qkv_bias);
@@ -247,11 +334,22 @@ static int bind_layer(pkv_model *model, int il, pkv_error *err) {
     BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, a->qk_norm);
     BIND(post_attn_norm, "post_attention_norm.weight", hp->n_embd, 0, a->post_norms);
     BIND(ffn_norm, "ffn_norm.weight", hp->n_embd, 0, true);
-    BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, true);
-    BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, true);
+    if (bind_gate_up(model, il, err)) return -1;
     BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, true);
     BIND(post_ffn_norm, "post_ffw_norm.weight", hp->n_embd, 0, a->post_norms);
 #undef BIND
+    return 0;
+}
+
+/* An optional F32 vector of n_rot/2 per-pair factors, every one finite and > 0. */
+static int bind_rope_factors(pkv_model *model, pkv_tensor *t, const char *name, pkv_error *err) {
+    int half = model->hp.rope_global.n_rot / 2;
+    if (bind_tensor(model, t, name, half, 0, false, err)) return -1;
+    const float *f = t->data;
+    for (int i = 0; f && i < half; i++)
+        if (!isfinite(f[i]) || !(f[i] > 0.0f))
+            return pkv_fail(err, PKV_ERR_FORMAT, "%s: %s[%d] = %g must be finite and > 0", model->file.path, name, i,
+                            f[i]);
     return 0;
 }
 
@@ -270,17 +368,32 @@ static int bind_weights(pkv_model *model, pkv_error *err) {
         return -1;
     if (!pkv_tensor_present(&model->output)) model->output = model->tok_embd; /* tied */
 
-    const gguf_tensor *rf = gguf_find_tensor(&model->file, "rope_freqs.weight");
-    if (rf) {
-        if (bind_tensor(model, &model->rope_freqs, "rope_freqs.weight", hp->rope_global.n_rot / 2, 0, true, err))
+    /* per-pair divisors of theta (docs/engine.md §5.3): Llama 3's rope_freqs,
+     * phi3's LongRoPE pair (the session picks one of the two) */
+    if (bind_rope_factors(model, &model->rope_freqs, "rope_freqs.weight", err)) return -1;
+    hp->rope_global.freq_factors = model->rope_freqs.data;
+    if (model->arch->long_short_rope) {
+        if (bind_rope_factors(model, &model->rope_long, "rope_factors_long.weight", err) ||
+            bind_rope_factors(model, &model->rope_short, "rope_factors_short.weight", err))
             return -1;
-        hp->rope_global.freq_factors = model->rope_freqs.data;
-        for (int i = 0; i < hp->rope_global.n_rot / 2; i++) {
-            float f = hp->rope_global.freq_factors[i];
-            if (!isfinite(f) || !(f > 0.0f))
-                return pkv_fail(err, PKV_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g must be finite and > 0",
-                                model->file.path, i, f);
-        }
+        bool has_long = pkv_tensor_present(&model->rope_long), has_short = pkv_tensor_present(&model->rope_short);
+        if (has_long != has_short)
+            return pkv_fail(err, PKV_ERR_FORMAT, "%s: tensor %s without %s: LongRoPE needs both", model->file.path,
+                            has_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                            has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+        if (has_long && pkv_tensor_present(&model->rope_freqs))
+            return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                            "%s: tensors rope_freqs.weight and rope_factors_long/short.weight together are not "
+                            "supported", model->file.path);
+        char key[160];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", model->arch_name);
+        gguf_str stype;
+        if (!has_long && gguf_get_str(&model->file, key, &stype, NULL) == 0 && gguf_str_eq(stype, "longrope"))
+            return pkv_fail(err, PKV_ERR_FORMAT,
+                            "%s: key %s = 'longrope' needs tensors rope_factors_long.weight and "
+                            "rope_factors_short.weight", model->file.path, key);
+        hp->rope_long = model->rope_long.data;
+        hp->rope_short = model->rope_short.data;
     }
 
     model->layers = calloc((size_t)hp->n_layer, sizeof *model->layers);
@@ -316,8 +429,10 @@ pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error
     gguf_str_copy(arch, model->arch_name, sizeof model->arch_name);
     model->arch = pkv_arch_find(arch.ptr, arch.len);
     if (!model->arch) {
-        pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (supported: llama, qwen2, gemma3)",
-                 path, model->arch_name);
+        char list[128];
+        pkv_arch_list(list, sizeof list);
+        pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: unsupported architecture '%s' (supported: %s)", path,
+                 model->arch_name, list);
         goto fail;
     }
     gguf_str name;
@@ -328,9 +443,10 @@ pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error
     model->tok = pkv_tokenizer_load(&model->file, err);
     if (!model->tok) goto fail;
     if (bind_weights(model, err)) goto fail;
-    model->chat = pkv_chat_detect(&model->file, model->arch_name);
+    if (pkv_chat_style_for_model(&model->file, model->arch_name, model->tok, opts ? opts->chat_template : NULL,
+                                 &model->chat, err))
+        goto fail;
     model->has_chat_template = gguf_find_kv(&model->file, "tokenizer.chat_template") != NULL;
-    model->has_chat_system = pkv_chat_default_system(&model->file, model->chat_system, sizeof model->chat_system);
     model->kern = pkv_kernels_get(opts ? opts->simd : PKV_SIMD_AUTO);
     return model;
 fail:
@@ -365,6 +481,28 @@ void pkv_model_get_info(const pkv_model *model, pkv_model_info *info) {
     info->n_params = model->n_params;
     info->weight_bytes = model->weight_bytes;
     info->tokenizer = pkv_tokenizer_kind(model->tok) == PKV_TOK_SPM ? "spm" : "bpe";
+    info->rope_scaling = hp->rope_long ? "longrope" : hp->rope_global.freq_scale != 1.0f ? "linear" : "none";
+    info->n_ctx_orig = hp->n_ctx_orig;
+}
+
+int pkv_model_session_rope(const pkv_model *m, int n_ctx, pkv_rope_params *global, pkv_rope_params *local,
+                           pkv_error *err) {
+    const pkv_hparams *hp = &m->hp;
+    if (hp->swa_unapplied > 0 && n_ctx > hp->swa_unapplied)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                        "context length %d exceeds the sliding window %d of %s, which this engine applies only "
+                        "when it is shorter than the trained context %d",
+                        n_ctx, hp->swa_unapplied, m->arch_name, hp->n_ctx_train);
+    *global = hp->rope_global;
+    *local = hp->rope_local;
+    if (hp->rope_long) {
+        /* llama.cpp's rule (get_rope_factors: n_ctx_seq > n_ctx_orig_yarn); HF
+         * switches by the length of the sequence so far instead (§5.3) */
+        const float *f = n_ctx > hp->n_ctx_orig ? hp->rope_long : hp->rope_short;
+        global->freq_factors = f;
+        if (!m->arch->swa_rope_base) local->freq_factors = f; /* sliding layers share the global RoPE */
+    }
+    return 0;
 }
 
 uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, int elem_bytes) {

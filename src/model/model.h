@@ -33,7 +33,11 @@ typedef struct {
     pkv_rope_params rope_global;
     pkv_rope_params rope_local; /* sliding-window layers */
     int sliding_window;        /* 0: none */
+    int swa_unapplied;         /* a stated window no layer applies (>= n_ctx_train): sessions
+                                  longer than it are refused (docs/engine.md §3.6); 0: none */
     bool *layer_swa;           /* n_layer flags */
+    int n_ctx_orig;            /* rope.scaling.original_context_length (default n_ctx_train) */
+    const float *rope_long, *rope_short; /* LongRoPE factors (n_rot/2 each) or NULL */
     float final_logit_softcap; /* 0: off */
     float attn_logit_softcap;  /* 0: off */
 } pkv_hparams;
@@ -59,16 +63,23 @@ struct pkv_model {
     pkv_tensor output_norm;
     pkv_tensor output;               /* tok_embd when tied */
     pkv_tensor rope_freqs;           /* optional */
+    pkv_tensor rope_long, rope_short; /* optional (phi3 LongRoPE) */
     pkv_layer_weights *layers;
     pkv_tokenizer *tok;
-    pkv_chat_family chat;
+    pkv_chat_style chat;        /* the chat format (text/chat.h) */
     bool has_chat_template;     /* tokenizer.chat_template is present */
-    bool has_chat_system;       /* chat_system holds the template's default system prompt */
-    char chat_system[256];
     const pkv_kernels *kern;
     uint64_t n_params;
     uint64_t weight_bytes;
 };
+
+/* The RoPE a session of n_ctx positions applies to full and to sliding
+ * layers: with LongRoPE, the long factors when n_ctx exceeds the original
+ * context and the short ones otherwise, chosen once so that every cached key
+ * and every later query agree (docs/engine.md §5.3). Refuses an n_ctx beyond
+ * a sliding window the model states but does not apply (§3.6). */
+int pkv_model_session_rope(const pkv_model *m, int n_ctx, pkv_rope_params *global, pkv_rope_params *local,
+                           pkv_error *err);
 
 /* True for a layer that attends to all previous tokens (and so is pressed). */
 static inline bool pkv_layer_is_full(const pkv_model *m, int layer) {

@@ -46,10 +46,19 @@ int pkv_n_vocab(const pkv_model *m) { return m->hp.n_vocab; }
 
 int pkv_chat_format(const pkv_model *m, const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
                     int *system_end, pkv_error *err) {
-    if (m->chat == PKV_CHAT_NONE)
-        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "model '%s' (%s) has no known chat format", m->name, m->arch_name);
-    return pkv_chat_render(m->chat, m->tok, m->has_chat_system ? m->chat_system : NULL, messages, n_messages, buf,
-                           buf_len, system_end, err);
+    if (m->chat.family == PKV_CHAT_NONE) {
+        if (m->chat.unknown[0])
+            return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                            "model '%s': its chat template (%s) is not a format promptkv knows; name one "
+                            "(--chat-template): %s",
+                            m->name, m->chat.unknown, pkv_chat_family_list());
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                        "model '%s' (%s) has no chat template and no known chat format; name one (--chat-template): %s",
+                        m->name, m->arch_name, pkv_chat_family_list());
+    }
+    return pkv_chat_render(&m->chat, messages, n_messages, buf, buf_len, system_end, err);
 }
+
+const char *pkv_model_chat_format(const pkv_model *m) { return pkv_chat_family_name(m->chat.family); }
 
 bool pkv_model_has_chat_template(const pkv_model *m) { return m->has_chat_template; }

@@ -18,10 +18,28 @@
 #include "base/error.h"
 #include "press/press.h"
 
-/* Rows the press always keeps at the end of a head: PyramidKV's window w. */
-static int forced_window(const pkv_press_cfg *cfg) {
+int pkv_press_forced_window(const pkv_press_cfg *cfg) {
     return cfg->ops && cfg->ops->forced_window ? cfg->ops->forced_window(cfg->params, cfg->window) : 0;
 }
+
+/* ---------------------------------------------------------------- the budget words */
+
+int pkv_press_cfg_check(const pkv_press_cfg *cfg, pkv_error *err) {
+    if (!cfg || !cfg->ops) return 0;
+    if (cfg->budget <= 0 && cfg->ratio <= 0.0)
+        return pkv_fail(err, PKV_ERR_ARG, "press '%s' needs a budget (--budget C) or a ratio (--ratio r)",
+                        cfg->ops->name);
+    int forced = pkv_press_forced_window(cfg);
+    if (cfg->budget > 0 && cfg->budget <= forced)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "budget %d must be larger than the observation window %d that %s always keeps",
+                        cfg->budget, forced, cfg->ops->name);
+    /* the press's own parameters, against the budget and window */
+    if (cfg->ops->check) return cfg->ops->check(cfg->params, cfg->window, cfg->budget, err);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- per layer */
 
 static int uniform_budget(const pkv_press_cfg *cfg, int n_rows) {
     if (cfg->budget > 0) return cfg->budget;
@@ -36,7 +54,7 @@ static int uniform_budget(const pkv_press_cfg *cfg, int n_rows) {
  * C <= L < 2(C-w) keeps C (SnapKV). One pressed layer: uniform (the original
  * divides by N-1 = 0). */
 static int pyramid_budget_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
-    long C = cfg->budget, w = forced_window(cfg), L = n_rows;
+    long C = cfg->budget, w = pkv_press_forced_window(cfg), L = n_rows;
     if (L < C || L < 2 * (C - w) || n_layers < 2) return (int)C;
     long min_num = (long)floor((double)(C - w) / cfg->pyramid_beta);
     long max_num = 2 * (C - w) - min_num;
@@ -53,7 +71,7 @@ static int pyramid_budget_rows(const pkv_press_cfg *cfg, int layer, int n_layers
  * round(max - l*(max-min)/(N-1)) rows, window included. Python's round() is
  * half to even, as rint() in the default rounding mode. */
 static int pyramid_ratio_rows(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows) {
-    double w = forced_window(cfg), q = n_rows, keep = q * (1.0 - cfg->ratio);
+    double w = pkv_press_forced_window(cfg), q = n_rows, keep = q * (1.0 - cfg->ratio);
     double C = w + keep;
     double min_num = (C - w) / cfg->pyramid_beta;
     double max_num = (C - w) * 2.0 - min_num;
@@ -75,12 +93,44 @@ int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, in
     return pyramid_ratio_rows(cfg, layer, n_layers, n_rows);
 }
 
+/* ---------------------------------------------------------------- per head */
+
+/* The layer schedule runs over the pressed layers when the caller says which
+ * they are (full-attention layers only, D.6). */
+static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int n_rows) {
+    if (in->n_press_layers > 0) return pkv_press_layer_budget(cfg, in->press_layer, in->n_press_layers, n_rows);
+    return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
+}
+
+int pkv_press_head_budgets(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel,
+                           pkv_error *err) {
+    bool any_compress = false;
+    for (int s = 0; s < sel->n_sel; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        sel->budget[s] = layer_budget(cfg, in, n);
+        if (sel->budget[s] < n) any_compress = true;
+    }
+    if (!any_compress) return 0;
+    int forced_window = pkv_press_forced_window(cfg);
+    /* a schedule may leave a layer nothing but its window (PyramidKV's min can be 0) */
+    bool scheduled = cfg->layer_budget != PKV_LAYER_BUDGET_UNIFORM || cfg->head_budget != PKV_HEAD_BUDGET_UNIFORM;
+    for (int s = 0; s < sel->n_sel; s++) {
+        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+        if (sel->budget[s] < n && (scheduled ? sel->budget[s] < forced_window : sel->budget[s] <= forced_window))
+            return pkv_fail(err, PKV_ERR_ARG,
+                            "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
+                            "lower the ratio",
+                            in->layer, sel->budget[s], forced_window);
+    }
+    return 1;
+}
+
 /* Rows pkv_press_run keeps for one head: all of them when its budget fits
  * (the S0 gate), else the forced rows (the window and the protected rows
  * before it) and the best others up to the budget. */
 static int64_t head_rows(const pkv_press_cfg *cfg, int budget, int n_rows) {
     if (budget >= n_rows) return n_rows;
-    int fw = forced_window(cfg);
+    int fw = pkv_press_forced_window(cfg);
     int64_t forced = fw < n_rows ? fw : n_rows;
     for (int p = 0; p < n_rows - fw; p++)
         for (int i = 0; i < cfg->n_protect; i++)
@@ -107,19 +157,6 @@ int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, 
 
 /* ---------------------------------------------------------------- AdaKV */
 
-typedef struct {
-    float score;
-    int32_t head;
-} head_score;
-
-/* score descending; ties to the lower head (then any order: counts only) */
-static int cmp_head_score(const void *a, const void *b) {
-    const head_score *x = a, *y = b;
-    float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
-    if (sx != sy) return sx > sy ? -1 : 1;
-    return (x->head > y->head) - (x->head < y->head);
-}
-
 /*
  * AdaKVCluster.update_kv: with base capacity B per head (prefix rows), take
  * the top H*B scores over all heads of the layer; head h holding n_h of them
@@ -144,21 +181,22 @@ int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_pres
         total_cand += n_cand[s];
     }
     if (total_free >= total_cand) return 0; /* nothing to share: every head keeps all it has */
-    head_score *all = pkv_arena_alloc(in->arena, (size_t)(total_cand + 1) * sizeof *all);
+    pkv_press_ranked *all = pkv_arena_alloc(in->arena, (size_t)(total_cand + 1) * sizeof *all);
     if (!all) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
     long k = 0;
     for (int s = 0; s < ns; s++) {
         int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
         for (int j = 0; j < n; j++)
-            if (!sel->forced[s][j]) all[k++] = (head_score){sel->scores[s][j], s};
+            if (!sel->forced[s][j]) all[k++] = (pkv_press_ranked){sel->scores[s][j], s};
     }
-    qsort(all, (size_t)total_cand, sizeof *all, cmp_head_score);
+    /* score descending, ties to the lower head (then any order: counts only) */
+    qsort(all, (size_t)total_cand, sizeof *all, pkv_press_cmp_ranked);
     long base = total_free / ns;
     int floor_rows = (int)((double)base * alpha); /* Python int(): truncation */
     float keep_share = (float)(1.0 - alpha);
     int *n_top = pkv_arena_alloc(in->arena, (size_t)ns * sizeof *n_top);
     if (!n_top) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory sharing the budget of layer %d", in->layer);
-    for (long i = 0; i < total_free; i++) n_top[all[i].head]++;
+    for (long i = 0; i < total_free; i++) n_top[all[i].idx]++;
     for (int s = 0; s < ns; s++) {
         int cap = (int)rintf((float)n_top[s] * keep_share + (float)floor_rows);
         if (cap > n_cand[s]) cap = n_cand[s];

@@ -10,16 +10,8 @@
 
 /* out[j] += softmax(logits)[j] over the visible rows, fp32 exp, double sum (A.4 S3-S4) */
 static void softmax_accumulate(float *logits, int visible, float *out) {
-    float mx = -INFINITY;
-    for (int j = 0; j < visible; j++)
-        if (logits[j] > mx) mx = logits[j];
-    double sum = 0.0;
-    for (int j = 0; j < visible; j++) {
-        logits[j] = expf(logits[j] - mx);
-        sum += logits[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int j = 0; j < visible; j++) out[j] += logits[j] * inv;
+    pkv_softmax(logits, visible);
+    for (int j = 0; j < visible; j++) out[j] += logits[j];
 }
 
 /* rows visible to the window query r (rows are in ascending position: a prefix) */
@@ -54,7 +46,7 @@ void pkv_press_window_attention(const pkv_press_input *in, int h, int first_quer
         for (int j0 = 0; j0 < most; j0 += KEY_TILE) {
             int j1 = j0 + KEY_TILE < most ? j0 + KEY_TILE : most;
             for (int r = r0; r < r1; r++) {
-                const float *q = in->q_window + ((size_t)h * in->window + r) * dim;
+                const float *q = pkv_press_query(in, h, r);
                 float *zr = z + (size_t)(r - r0) * n;
                 int end = j1 < visible[r - r0] ? j1 : visible[r - r0];
                 for (int j = j0; j < end; j++) zr[j] = k->dot_f32(dim, q, keys + (size_t)j * dim) * in->attn_scale;
@@ -66,17 +58,11 @@ void pkv_press_window_attention(const pkv_press_input *in, int h, int first_quer
 
 /* ---------------------------------------------------------------- top-k */
 
-typedef struct {
-    float score;
-    int32_t row;
-} ranked;
-
-/* score descending, ties to the lower row (= lower position); NaN ranks last */
-static int cmp_ranked(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
+int pkv_press_cmp_ranked(const void *a, const void *b) {
+    const pkv_press_ranked *x = a, *y = b;
     float sx = isnan(x->score) ? -INFINITY : x->score, sy = isnan(y->score) ? -INFINITY : y->score;
     if (sx != sy) return sx > sy ? -1 : 1;
-    return (x->row > y->row) - (x->row < y->row);
+    return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
 int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
@@ -87,16 +73,16 @@ int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_erro
         int n_forced = 0;
         for (int j = 0; j < n; j++) n_forced += forced[j];
         int want = sel->budget[s] - n_forced;
-        ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
+        pkv_press_ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
         bool *take = pkv_arena_alloc(in->arena, (size_t)n + 1);
         int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
         if (!cand || !take || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
         int n_cand = 0;
         for (int j = 0; j < n; j++)
-            if (!forced[j]) cand[n_cand++] = (ranked){sel->scores[s][j], j};
-        if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, cmp_ranked);
+            if (!forced[j]) cand[n_cand++] = (pkv_press_ranked){sel->scores[s][j], j};
+        if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, pkv_press_cmp_ranked);
         if (want > n_cand) want = n_cand;
-        for (int i = 0; i < want; i++) take[cand[i].row] = true;
+        for (int i = 0; i < want; i++) take[cand[i].idx] = true;
         int m = 0;
         for (int j = 0; j < n; j++)
             if (forced[j] || take[j]) keep[m++] = j;
@@ -112,13 +98,6 @@ static bool in_protected(const pkv_press_cfg *cfg, int32_t pos) {
     for (int i = 0; i < cfg->n_protect; i++)
         if (pos >= cfg->protect[i].begin && pos < cfg->protect[i].end) return true;
     return false;
-}
-
-/* The layer schedule runs over the pressed layers when the caller says which
- * they are (full-attention layers only, D.6). */
-static int layer_budget(const pkv_press_cfg *cfg, const pkv_press_input *in, int n_rows) {
-    if (in->n_press_layers > 0) return pkv_press_layer_budget(cfg, in->press_layer, in->n_press_layers, n_rows);
-    return pkv_press_layer_budget(cfg, in->layer, in->n_layers, n_rows);
 }
 
 /* The observer sees a run when it times steps, or watches this layer's clusters. */
@@ -144,14 +123,10 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pk
     if (!sel->budget || !sel->scores || !sel->forced || !sel->keep || !sel->n_keep)
         return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the press of layer %d", in->layer);
 
-    bool any_compress = false;
-    for (int s = 0; s < ns; s++) {
-        int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
-        sel->budget[s] = layer_budget(cfg, in, n);
-        if (sel->budget[s] < n) any_compress = true;
-    }
+    int compress = pkv_press_head_budgets(cfg, in, sel, err);
+    if (compress < 0) return -1;
     /* S0 gate (A.4): a head whose rows fit the budget keeps them all */
-    if (!any_compress) {
+    if (!compress) {
         for (int s = 0; s < ns; s++) {
             int n = in->n_rows[pkv_sel_kv_head(in, sel, s)];
             int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
@@ -163,17 +138,10 @@ int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in_caller, pk
         return 0;
     }
 
-    int forced_window = ops->forced_window ? ops->forced_window(cfg->params, cfg->window) : 0;
-    /* a schedule may leave a layer nothing but its window (PyramidKV's min can be 0) */
-    bool scheduled = cfg->layer_budget != PKV_LAYER_BUDGET_UNIFORM || cfg->head_budget != PKV_HEAD_BUDGET_UNIFORM;
+    int forced_window = pkv_press_forced_window(cfg);
     for (int s = 0; s < ns; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
-        if (sel->budget[s] < n && (scheduled ? sel->budget[s] < forced_window : sel->budget[s] <= forced_window))
-            return pkv_fail(err, PKV_ERR_ARG,
-                            "layer %d keeps %d rows, not more than the observation window of %d: raise the budget or "
-                            "lower the ratio",
-                            in->layer, sel->budget[s], forced_window);
         sel->scores[s] = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
         sel->forced[s] = pkv_arena_alloc(in->arena, (size_t)n + 1);
         if (!sel->scores[s] || !sel->forced[s])

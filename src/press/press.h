@@ -41,7 +41,12 @@ typedef struct {
     float attn_scale;  /* the model's softmax scale on q.k */
 
     int window;              /* observation window rows (<= every head's n_rows) */
-    const float *q_window;   /* [n_head][window][head_dim_k] post-RoPE, oldest first */
+    /* The window queries, post-RoPE, oldest first: head h's start at
+     * q_window + h * q_head_rows * head_dim_k, so a press reads the queries a
+     * prefill kept in place even when it kept more than the window
+     * (pkv_press_query). */
+    const float *q_window;
+    int q_head_rows;         /* rows from one head's queries to the next (>= window); 0: window */
     const int32_t *q_pos;    /* [window] positions of the window queries */
 
     const int *n_rows;               /* [n_head_kv] */
@@ -239,10 +244,22 @@ struct pkv_press_cfg {
  * rows to keep per selection head. */
 int pkv_press_run(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
+/* Rows cfg's press keeps unconditionally at the end of each head (its
+ * observation window, ops->forced_window; 0 for a press without one).
+ * press/budget.c, as the two below and pkv_press_cfg_check (promptkv.h). */
+int pkv_press_forced_window(const pkv_press_cfg *cfg);
+
 /* Rows to keep for a head of n_rows rows (window included) at press layer
  * `layer` of `n_layers` (budget or ratio, then the layer schedule, docs/presses.md
  * A.13); >= n_rows means keep everything. press/budget.c. */
 int pkv_press_layer_budget(const pkv_press_cfg *cfg, int layer, int n_layers, int n_rows);
+
+/* The budget of every selection head of one layer into sel->budget (its
+ * n_sel and per_query_head set): 1 when some head must lose rows, 0 when
+ * every head keeps all it has, -1 when a head would keep no more than the
+ * forced window. pkv_press_run calls it once per layer. */
+int pkv_press_head_budgets(const pkv_press_cfg *cfg, const pkv_press_input *in, pkv_press_selection *sel,
+                           pkv_error *err);
 
 /* Rows cfg's press keeps of one layer whose KV heads each hold n_rows rows at
  * positions 0..n_rows-1 (a prompt's first prefill), summed over the heads it
@@ -257,10 +274,24 @@ int64_t pkv_press_layer_rows(const pkv_press_cfg *cfg, int layer, int n_layers, 
  * sel->scores, sel->forced and sel->budget. press/budget.c. */
 int pkv_press_adaptive_budgets(double alpha, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
 
+/* A row (or a head) ranked by its score; pkv_press_cmp_ranked orders them
+ * for qsort: score descending, ties to the lower index, NaN last. */
+typedef struct {
+    float score;
+    int32_t idx;
+} pkv_press_ranked;
+int pkv_press_cmp_ranked(const void *a, const void *b);
+
 /* The shared top-k: for each selection head, keep the forced rows and the
  * best-scored others (score descending, ties to the lower position) up to the
  * budget; output ascending. */
 int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err);
+
+/* Window query r (0 = the oldest) of query head h: head_dim_k floats. */
+static inline const float *pkv_press_query(const pkv_press_input *in, int h, int r) {
+    int rows = in->q_head_rows > 0 ? in->q_head_rows : in->window;
+    return in->q_window + ((size_t)h * rows + r) * in->head_dim_k;
+}
 
 /* KV head of a selection head. */
 static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_selection *sel, int s) {

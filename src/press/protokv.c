@@ -39,7 +39,7 @@
  * framework's (press/budget.c); with head_budget=adaptive the heads share the
  * layer's slots by the per-row votes of step 7.
  */
-#include "press/protokv.h"
+#include "press/protokv_steps.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -270,7 +270,7 @@ static void row_votes(const protokv_params *p, const pkv_press_input *in, int g,
     memset(sb->sum, 0, (size_t)dim * sizeof(double));
     for (int k = 0; k < group; k++)
         for (int r = 0; r < in->window; r++) {
-            const float *q = in->q_window + ((size_t)(g * group + k) * in->window + r) * dim;
+            const float *q = pkv_press_query(in, g * group + k, r);
             for (int j = 0; j < dim; j++) sb->sum[j] += q[j];
         }
     for (int i = 0; i < n_prefix; i++) {

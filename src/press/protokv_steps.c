@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "base/prng.h"
-#include "press/protokv.h"
+#include "press/protokv_steps.h"
 
 /* unit[i] = k_i / |k_i| (zero rows stay zero), norms in double */
 void pkv_protokv_unit_vectors(const float *keys, int n, int dim, float *unit, double *norm) {

@@ -1,7 +1,9 @@
 /*
  * The press registry and the configuration API: presses are found by name,
  * options are "key=value" strings shared by the CLI, the evaluation and the
- * server. A new press is one file in press/ and one line in PRESSES.
+ * server. A new press is one file in press/ and one line in PRESSES. Whether
+ * a configuration's budget words fit together (pkv_press_cfg_check) is
+ * budget.c's, with every other budget rule.
  */
 #include <math.h>
 #include <stddef.h>
@@ -177,20 +179,6 @@ int pkv_press_cfg_set(pkv_press_cfg *cfg, const char *key, const char *value, pk
     }
     return pkv_fail(err, PKV_ERR_ARG, "press '%s' has no option '%s' (see promptkv run --help-press %s)",
                     pkv_press_cfg_name(cfg), key, pkv_press_cfg_name(cfg));
-}
-
-int pkv_press_cfg_check(const pkv_press_cfg *cfg, pkv_error *err) {
-    if (!cfg || !cfg->ops) return 0;
-    if (cfg->budget <= 0 && cfg->ratio <= 0.0)
-        return pkv_fail(err, PKV_ERR_ARG, "press '%s' needs a budget (--budget C) or a ratio (--ratio r)",
-                        cfg->ops->name);
-    int forced = cfg->ops->forced_window ? cfg->ops->forced_window(cfg->params, cfg->window) : 0;
-    if (cfg->budget > 0 && cfg->budget <= forced)
-        return pkv_fail(err, PKV_ERR_ARG,
-                        "budget %d must be larger than the observation window %d that %s always keeps",
-                        cfg->budget, forced, cfg->ops->name);
-    if (cfg->ops->check) return cfg->ops->check(cfg->params, cfg->window, cfg->budget, err);
-    return 0;
 }
 
 int pkv_press_cfg_describe(const pkv_press_cfg *cfg, char *buf, int len) {

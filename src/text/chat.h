@@ -1,4 +1,6 @@
-/* Chat templates of the three families the engine runs (chat.c). */
+/* Chat formats: which family a model's chat template belongs to
+ * (chat_detect.c) and rendering a conversation as that family's template
+ * does (chat.c). docs/engine.md §4.7. */
 #ifndef PKV_CHAT_H
 #define PKV_CHAT_H
 
@@ -9,39 +11,117 @@
 #include "promptkv.h"
 #include "text/vocab.h"
 
-/* The family is detected from tokenizer.chat_template when present, else
- * from the architecture name. */
+/* The families, named as llama.cpp names them (docs/engine.md §4.7 lists the
+ * template each is checked against). */
 typedef enum {
     PKV_CHAT_NONE = 0,
-    PKV_CHAT_GEMMA,  /* <start_of_turn>user ... <end_of_turn> */
-    PKV_CHAT_LLAMA3, /* <|start_header_id|>user<|end_header_id|> ... <|eot_id|> */
-    PKV_CHAT_CHATML  /* <|im_start|>user ... <|im_end|> (Qwen2) */
+    PKV_CHAT_CHATML,            /* <|im_start|>user\n ... <|im_end|> (Qwen2, OpenHermes) */
+    PKV_CHAT_LLAMA2,            /* [INST] ... [/INST], no system role (Mistral v0.1) */
+    PKV_CHAT_LLAMA2_SYS,        /* [INST] <<SYS>>\n ... <</SYS>> (Llama 2 chat) */
+    PKV_CHAT_LLAMA3,            /* <|start_header_id|>user<|end_header_id|> ... <|eot_id|> */
+    PKV_CHAT_MISTRAL_V1,        /* " [INST] ... [/INST]" */
+    PKV_CHAT_MISTRAL_V3,        /* "[INST] ... [/INST]", the system prompt in the last turn */
+    PKV_CHAT_MISTRAL_V3_TEKKEN, /* "[INST]...[/INST]" (Mistral Nemo) */
+    PKV_CHAT_MISTRAL_V7,        /* [SYSTEM_PROMPT] ... [/SYSTEM_PROMPT][INST] ... [/INST] */
+    PKV_CHAT_MISTRAL_V7_TEKKEN, /* [SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST] (Mistral Small 3) */
+    PKV_CHAT_PHI3,              /* <|user|>\n ... <|end|>\n */
+    PKV_CHAT_PHI4,              /* <|im_start|>user<|im_sep|> ... <|im_end|> */
+    PKV_CHAT_GEMMA,             /* <start_of_turn>user\n ... <end_of_turn>\n */
+    PKV_CHAT_DEEPSEEK,          /* ### Instruction:\n ... ### Response:\n (DeepSeek Coder) */
+    PKV_CHAT_DEEPSEEK3,         /* <｜User｜> ... <｜Assistant｜> (DeepSeek V3, R1) */
+    PKV_CHAT_COMMAND_R,         /* <|START_OF_TURN_TOKEN|><|USER_TOKEN|> ... */
+    PKV_CHAT_ZEPHYR,            /* <|user|>\n ... </s>\n */
+    PKV_CHAT_VICUNA,            /* USER: ...\nASSISTANT: */
+    PKV_CHAT_VICUNA_ORCA,       /* SYSTEM: ...\nUSER: ...\nASSISTANT: */
+    PKV_CHAT_OPENCHAT,          /* GPT4 Correct User: ...<|end_of_turn|> */
+    PKV_CHAT_GRANITE,           /* <|start_of_role|>user<|end_of_role|> ... <|end_of_text|>\n */
+    PKV_CHAT_FALCON3,           /* <|user|>\n ...\n<|assistant|>\n */
+    PKV_CHAT_EXAONE3,           /* [|user|] ...\n[|assistant|] */
+    PKV_CHAT_N_FAMILIES
 } pkv_chat_family;
 
-pkv_chat_family pkv_chat_detect(const gguf_file *f, const char *arch);
+/* Details in which the real templates of one family differ, read from the
+ * template text (chat_detect.c). */
+enum {
+    PKV_CHAT_SYSTEM_RAISES = 1u << 0,     /* gemma 2: a system message is an error */
+    PKV_CHAT_SKIP_EMPTY_SYSTEM = 1u << 1, /* phi 3.5: an empty system message renders nothing */
+    PKV_CHAT_SYSTEM_JOIN = 1u << 2,       /* deepseek3 (V3): every system message, joined by a blank line;
+                                              without it (R1) the last one */
+    PKV_CHAT_STRIP_THINK = 1u << 3,       /* deepseek3 (R1): an assistant turn keeps what follows </think> */
+    PKV_CHAT_THINK_PROMPT = 1u << 4,      /* deepseek3 (R1): the generation prompt opens <think>\n */
+    PKV_CHAT_DATE_HEADER = 1u << 5,       /* llama3 (3.1 and later): a system block with the knowledge
+                                              cutoff and today's date, always */
+    PKV_CHAT_DATE_TODAY = 1u << 6,        /* llama3 (3.2): today's date (strftime_now), not 26 Jul 2024 */
+    PKV_CHAT_QWEN3_THINK = 1u << 7,       /* chatml (Qwen3): earlier turns lose their reasoning, an assistant
+                                              turn after the last user message gets a <think> block */
+    PKV_CHAT_COMPACT = 1u << 8,           /* phi3 (Phi-4-mini): no newline after the role tags */
+    PKV_CHAT_QWQ_THINK = 1u << 9,         /* chatml (QwQ): earlier assistant turns lose their reasoning, the
+                                              generation prompt opens <think>\n */
+    PKV_CHAT_GRANITE_DATE = 1u << 10,     /* granite (3.1, 3.2): a default system prompt with today's date */
+};
+
+/* How to format chat for one model: the family, its variant, the special
+ * token texts the template writes and the template's own default system
+ * prompt. Plain data (no pointers): a model holds one. */
+typedef struct {
+    pkv_chat_family family;
+    unsigned flags;
+    char bos[64], eos[64];     /* bos_token and eos_token as the template sees them */
+    bool has_default_system;   /* default_system is written when the conversation has no system message */
+    char default_system[1024];
+    char unknown[160];         /* family NONE: why (the unknown template's first line, quoted) */
+    long long now;             /* templates that write today's date (strftime_now): 0, the local date
+                                  when rendering (HF's datetime.now()); else this instant's UTC date */
+} pkv_chat_style;
+
+/* The family whose template text this is (llama.cpp's markers, extended to
+ * tell the variants apart, docs/engine.md §4.7), or PKV_CHAT_NONE; fills
+ * style's family, flags and default system prompt (the special texts are
+ * left to the caller). */
+pkv_chat_family pkv_chat_detect_text(const char *tmpl, size_t len, pkv_chat_style *style);
+
+/* A family by name ("chatml", "llama3", "mistral-v7", ...; llama.cpp's
+ * aliases llama2-sys-bos and llama2-sys-strip too), with the variant of the
+ * template the family is checked against; PKV_CHAT_NONE when unknown. */
+pkv_chat_family pkv_chat_family_named(const char *name, pkv_chat_style *style);
 const char *pkv_chat_family_name(pkv_chat_family family);
-bool pkv_chat_default_system(const gguf_file *f, char *buf, int buf_len);
+/* Every family name, comma-separated, for messages. */
+const char *pkv_chat_family_list(void);
 
-/* Renders the messages plus the assistant generation prompt. Includes the BOS
- * text where the family's template starts with it, so tokenize the result
- * with add_special = false and parse_special = true (docs/engine.md §4.6,
- * the double-BOS trap). Returns bytes written (excluding NUL) or -1; also
- * fills *system_end (may be NULL) with the byte offset where the system
- * prompt's rendering ends, for protected spans. If the rendering does not fit
- * in buf_len - 1 bytes, its full length is returned and buf holds a
- * NUL-terminated prefix. system_end is 0 when nothing of a system prompt is
- * rendered; ChatML renders default_system (the template's, from
- * pkv_chat_default_system; NULL: Qwen2's "You are a helpful assistant.") when the
- * conversation has none. tok may be NULL (the usual BOS texts are used).
- * Errors: no messages, a message without role or content, Gemma roles that do
- * not alternate user/assistant (the template raises), family NONE. */
-int pkv_chat_render(pkv_chat_family family, const pkv_tokenizer *tok, const char *default_system,
-                    const pkv_chat_message *messages, int n_messages, char *buf, int buf_len,
-                    int *system_end, pkv_error *err);
+/* The style of a model: from `override` when given (a family name or a
+ * template text; unknown is an error quoting its first line), else from
+ * tokenizer.chat_template (unknown: family NONE with style->unknown set,
+ * not an error: the model still runs without chat), else from the
+ * architecture (gemma*, llama with Llama 3's header token, qwen2). The BOS
+ * and EOS texts come from the vocabulary where it has them (vocab may be
+ * NULL), else the family's usual ones. */
+int pkv_chat_style_for_model(const gguf_file *f, const char *arch, const pkv_tokenizer *vocab, const char *override,
+                             pkv_chat_style *style, pkv_error *err);
 
-/* The span [*begin, *end) of s[0, len) that Jinja's trim keeps (Python's
- * str.strip(): Unicode white space and U+001C..U+001F at both ends), as the
- * Gemma and Llama 3 templates apply it to a message's content. */
+/* Fills the BOS and EOS texts the family's templates are usually given. */
+void pkv_chat_style_default_tokens(pkv_chat_style *style);
+
+/* Renders the messages plus the assistant generation prompt, byte for byte
+ * what the family's template renders with add_generation_prompt (HF's
+ * apply_chat_template; tests/fixtures/chat/templates.ref). The BOS text is
+ * included where the template writes it, so tokenize the result with
+ * add_special = false and parse_special = true (docs/engine.md §4.6, the
+ * double-BOS trap). Returns bytes written (excluding NUL) or -1; if the
+ * rendering does not fit in buf_len - 1 bytes, its full length is returned
+ * and buf holds a NUL-terminated prefix. *system_end (may be NULL) gets the
+ * byte offset where the system prompt's rendering ends, for protected spans:
+ * the first message's when it is a system message, else the template's own
+ * default's, else 0; a template that writes the system prompt into a later
+ * turn (mistral v3) gives an offset past the turns before it. Errors: no
+ * messages, a message without role or content, and whatever the template
+ * raises (roles that do not alternate, a role it does not know), family
+ * NONE. */
+int pkv_chat_render(const pkv_chat_style *style, const pkv_chat_message *messages, int n_messages, char *buf,
+                    int buf_len, int *system_end, pkv_error *err);
+
+/* The span [*begin, *end) of s[0, len) that Jinja's trim and Python's
+ * str.strip() keep (Unicode white space and U+001C..U+001F at both ends),
+ * as templates apply them to a message's content. */
 void pkv_chat_trim_span(const char *s, size_t len, size_t *begin, size_t *end);
 
 #endif

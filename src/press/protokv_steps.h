@@ -1,8 +1,8 @@
 /* ProtoKV's steps on one head's keys (protokv_steps.c), for the press
  * (protokv.c), the tests (brute force against the blocked assignment, the
  * seeded hash) and the selection benchmark. */
-#ifndef PKV_PRESS_PROTOKV_H
-#define PKV_PRESS_PROTOKV_H
+#ifndef PKV_PRESS_PROTOKV_STEPS_H
+#define PKV_PRESS_PROTOKV_STEPS_H
 
 #include <stdbool.h>
 #include <stdint.h>
