@@ -10,7 +10,6 @@
 
 #include "args.h"
 #include "flags.h"
-#include "press_args.h"
 #include "eval/json.h"
 #include "eval/text.h"
 
@@ -265,7 +264,7 @@ static void defaults(eval_args *a) {
     a->grid_samples = 1;
     const char *name, *summary;
     for (int k = 0; pkv_press_list(k, &name, &summary) && a->n_presses < MAX_LIST; k++) {
-        if (pkv_press_reconstructs(name)) continue; /* about twice a prefill per config: only when named */
+        if (pkv_press_reconstructs(name)) continue; /* prefills again for every config: only when named */
         snprintf(a->presses[a->n_presses], sizeof a->presses[0], "%.31s", name);
         snprintf(a->press_base[a->n_presses++], sizeof a->press_base[0], "%.31s", name);
     }
@@ -407,11 +406,6 @@ static int list_flag(void *args, int argc, char **argv, int *i) {
         list_tasks();
         return CLI_FLAG_DONE;
     }
-    if (!strcmp(f, "--help-press")) {
-        /* the presses' options, spelled here as --press-opt K=V or PRESS.K=V */
-        press_args_usage(stdout);
-        return CLI_FLAG_DONE;
-    }
     for (size_t k = 0; k < sizeof LIST_FLAGS / sizeof LIST_FLAGS[0]; k++) {
         if (strcmp(f, LIST_FLAGS[k].flag)) continue;
         const char *v = cli_value("eval", argc, argv, i);
@@ -423,7 +417,7 @@ static int list_flag(void *args, int argc, char **argv, int *i) {
 int eval_parse_args(int argc, char **argv, eval_args *a) {
     const char *cmd = "eval";
     defaults(a);
-    int rc = cli_parse_command(cmd, EVAL_USAGE, false, NULL, NULL, EVAL_FLAGS, a, list_flag, false, argc, argv);
+    int rc = cli_parse_command(cmd, EVAL_USAGE, true, NULL, NULL, EVAL_FLAGS, a, list_flag, false, argc, argv);
     if (rc) return rc;
     /* --tasks leaves at least one task */
     if (!a->n_tasks && parse_tasks(a, "--tasks", "tier1")) return -1;

@@ -79,7 +79,7 @@ int cli_parse_command(const char *cmd, const char *usage, bool help_press, struc
         const char *f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help") || (help_press && !strcmp(f, "--help-press"))) {
             fputs(usage, stdout);
-            if (pa) press_args_usage(stdout);
+            if (pa || !strcmp(f, "--help-press")) press_args_usage(stdout); /* eval lists the presses too */
             return 1;
         }
         int rc = pa ? press_args_parse(pa, cmd, argc, argv, &i) : 0;

@@ -318,3 +318,58 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
     }
     return 0;
 }
+
+/* ---------------------------------------------------------------- a reconstruction pass: the press scores by its queries */
+
+int pkv_recon_observe(pkv_session *s, int il, const float *q, int c0, int nc, pkv_error *err) {
+    pkv_recon_state *r = s->recon;
+    const pkv_hparams *hp = &s->model->hp;
+    const pkv_kvcache *c = &s->cache;
+    int nkv = pkv_kvcache_n_heads(c, il), d = pkv_kvcache_head_dim_k(c, il);
+    int n_keys = r->n_sink + r->n_chunk + c0 + nc;
+    if ((int64_t)nkv * n_keys > r->keys_cap) {
+        float *k = realloc(r->keys, (size_t)nkv * n_keys * d * sizeof(float));
+        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer %d's pass keys", il);
+        r->keys = k;
+        r->keys_cap = (int64_t)nkv * n_keys;
+    }
+    pkv_arena_reset(&s->arena);
+    const float *key_ptr[64];
+    float *score_ptr[64];
+    if (nkv > 64) return pkv_fail(err, PKV_ERR_UNSUPPORTED, "kvzip: layer %d has %d KV heads (at most 64)", il, nkv);
+    for (int g = 0; g < nkv; g++) {
+        int rows = pkv_kvcache_head_rows(c, il, g);
+        const float *all = pkv_kvcache_head_k_f32(c, il, g);
+        if (!all) {
+            float *tmp = pkv_arena_alloc(&s->arena, (size_t)rows * d * sizeof(float) + 4);
+            if (!tmp) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d's keys", il);
+            pkv_kvcache_read_k(c, s->comp.kern, il, g, tmp);
+            all = tmp;
+        }
+        /* the sinks, the chunk, the pass so far: three runs of rows */
+        float *dst = r->keys + (size_t)g * n_keys * d;
+        size_t row = (size_t)d * sizeof(float);
+        memcpy(dst, all, (size_t)r->n_sink * row);
+        memcpy(dst + (size_t)r->n_sink * d, all + (size_t)r->chunk_begin * d, (size_t)r->n_chunk * row);
+        memcpy(dst + (size_t)(r->n_sink + r->n_chunk) * d, all + (size_t)r->ctx_rows * d, (size_t)(c0 + nc) * row);
+        key_ptr[g] = dst;
+        score_ptr[g] = r->scores[il][g] + r->chunk_begin;
+    }
+    pkv_press_recon_batch b = {
+        .layer = il,
+        .n_head = hp->n_head,
+        .n_head_kv = nkv,
+        .head_dim = d,
+        .n_query = nc,
+        .first_query = c0,
+        .q = q,
+        .n_sink = r->n_sink,
+        .n_chunk = r->n_chunk,
+        .keys = key_ptr,
+        .chunk_scores = score_ptr,
+        .comp = &s->comp,
+        .arena = &s->arena,
+    };
+    if (r->press->ops->recon->score_batch(r->press->params, &b, err)) return -1;
+    return pkv_check_mem_cap(s, il, err);
+}

@@ -47,6 +47,23 @@ void pkv_probe_query_stats(pkv_layer_probe *p, const pkv_hparams *hp, const pkv_
 int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_cfg *press, int il,
                        pkv_compress_stats *stats, pkv_error *err);
 
+/* A reconstruction pass being run (engine/reconstruct.c, docs/design.md
+ * "Reconstruction passes"): what the press's score_batch reads of it. */
+struct pkv_recon_state {
+    const pkv_press_cfg *press;
+    int ctx_rows;      /* rows of every head before the pass: the context */
+    int n_sink;        /* sink rows this pass's softmax sees */
+    int chunk_begin, n_chunk;
+    float ***scores;   /* [n_layer] -> [n_head_kv] -> [ctx_rows]; NULL for sliding layers */
+    float *keys;       /* gathered keys of one head */
+    int64_t keys_cap;
+};
+
+/* The forward pass calls this after layer il's attention over a chunk of a
+ * pass (s->recon set): q are the chunk's post-RoPE queries, [c0, c0 + nc) its
+ * tokens within the pass; the press scores the context rows by them. */
+int pkv_recon_observe(pkv_session *s, int il, const float *q, int c0, int nc, pkv_error *err);
+
 /* Bytes of activations and scratch the session holds (work buffers, press
  * arena, probes). */
 uint64_t pkv_session_work_bytes(const pkv_session *s);

@@ -17,7 +17,6 @@
 #include "base/error.h"
 #include "cache/attention.h"
 #include "engine/forward.h"
-#include "engine/reconstruct.h"
 
 /* ---------------------------------------------------------------- buffers */
 

@@ -26,15 +26,6 @@
 #include "base/error.h"
 #include "engine/forward.h"
 
-struct pkv_recon_state {
-    const pkv_press_cfg *press;
-    int ctx_rows;      /* rows of every head before the pass: the context */
-    int n_sink;        /* sink rows this pass's softmax sees */
-    int chunk_begin, n_chunk;
-    float ***scores;   /* [n_layer] -> [n_head_kv] -> [ctx_rows]; NULL for sliding layers */
-    float *keys;       /* gathered keys of one head */
-    int64_t keys_cap;
-};
 
 typedef struct {
     int32_t *ids;
@@ -80,61 +71,6 @@ int64_t pkv_recon_pass_rows(const pkv_press_cfg *press, int n) {
     return (int64_t)(chunk < n ? chunk : n) + 3 * (int64_t)strlen(r->next_prompt) + r->overlap + 64;
 }
 
-/* ---------------------------------------------------------------- scoring inside a pass */
-
-int pkv_recon_observe(pkv_session *s, int il, const float *q, int c0, int nc, pkv_error *err) {
-    pkv_recon_state *r = s->recon;
-    const pkv_hparams *hp = &s->model->hp;
-    const pkv_kvcache *c = &s->cache;
-    int nkv = pkv_kvcache_n_heads(c, il), d = pkv_kvcache_head_dim_k(c, il);
-    int n_keys = r->n_sink + r->n_chunk + c0 + nc;
-    if ((int64_t)nkv * n_keys > r->keys_cap) {
-        float *k = realloc(r->keys, (size_t)nkv * n_keys * d * sizeof(float));
-        if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer %d's pass keys", il);
-        r->keys = k;
-        r->keys_cap = (int64_t)nkv * n_keys;
-    }
-    pkv_arena_reset(&s->arena);
-    const float *key_ptr[64];
-    float *score_ptr[64];
-    if (nkv > 64) return pkv_fail(err, PKV_ERR_UNSUPPORTED, "kvzip: layer %d has %d KV heads (at most 64)", il, nkv);
-    for (int g = 0; g < nkv; g++) {
-        int rows = pkv_kvcache_head_rows(c, il, g);
-        const float *all = pkv_kvcache_head_k_f32(c, il, g);
-        if (!all) {
-            float *tmp = pkv_arena_alloc(&s->arena, (size_t)rows * d * sizeof(float) + 4);
-            if (!tmp) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d's keys", il);
-            pkv_kvcache_read_k(c, s->comp.kern, il, g, tmp);
-            all = tmp;
-        }
-        /* the sinks, the chunk, the pass so far: three runs of rows */
-        float *dst = r->keys + (size_t)g * n_keys * d;
-        size_t row = (size_t)d * sizeof(float);
-        memcpy(dst, all, (size_t)r->n_sink * row);
-        memcpy(dst + (size_t)r->n_sink * d, all + (size_t)r->chunk_begin * d, (size_t)r->n_chunk * row);
-        memcpy(dst + (size_t)(r->n_sink + r->n_chunk) * d, all + (size_t)r->ctx_rows * d, (size_t)(c0 + nc) * row);
-        key_ptr[g] = dst;
-        score_ptr[g] = r->scores[il][g] + r->chunk_begin;
-    }
-    pkv_press_recon_batch b = {
-        .layer = il,
-        .n_head = hp->n_head,
-        .n_head_kv = nkv,
-        .head_dim = d,
-        .n_query = nc,
-        .first_query = c0,
-        .q = q,
-        .n_sink = r->n_sink,
-        .n_chunk = r->n_chunk,
-        .keys = key_ptr,
-        .chunk_scores = score_ptr,
-        .comp = &s->comp,
-        .arena = &s->arena,
-    };
-    if (r->press->ops->recon->score_batch(r->press->params, &b, err)) return -1;
-    return pkv_check_mem_cap(s, il, err);
-}
-
 /* ---------------------------------------------------------------- the passes */
 
 /* Removes a pass: every head keeps its first ctx_rows rows. */
@@ -170,8 +106,7 @@ int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool befor
     return 0;
 }
 
-static int check_session(const pkv_session *s, int n, const pkv_press_cfg *press, const pkv_context_frame *f,
-                         pkv_error *err) {
+static int check_session(const pkv_session *s, int n, const pkv_press_cfg *press, int begin, pkv_error *err) {
     const pkv_model *m = s->model;
     for (int il = 0; il < m->hp.n_layer; il++) {
         for (int g = 0; g < pkv_kvcache_n_heads(&s->cache, il); g++)
@@ -183,13 +118,13 @@ static int check_session(const pkv_session *s, int n, const pkv_press_cfg *press
     }
     if (s->n_pos != n)
         return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s presses a session's first prefill only", press->ops->name);
-    if (f->begin < 0 || f->begin > n)
+    if (begin < 0 || begin > n)
         return pkv_fail(err, PKV_ERR_INTERNAL, "%s: context start %d outside the prefill of %d", press->ops->name,
-                        f->begin, n);
+                        begin, n);
     return 0;
 }
 
-static int run_passes(pkv_session *s, const int32_t *tokens, int n, const pkv_context_frame *f, pkv_recon_state *r,
+static int run_passes(pkv_session *s, const int32_t *tokens, int n, int begin, bool chat, pkv_recon_state *r,
                       pkv_error *err) {
     const pkv_press_cfg *press = r->press;
     const pkv_press_recon_ops *ro = press->ops->recon;
@@ -206,8 +141,8 @@ static int run_passes(pkv_session *s, const int32_t *tokens, int n, const pkv_co
     memcpy(logits, s->logits, (size_t)s->model->hp.n_vocab * sizeof(float));
     if (add_text(s->model, &first, ro->first_prompt, false, err) || add_text(s->model, &next, ro->next_prompt, false, err))
         goto done;
-    if (f->chat ? chat_suffix(s->model, &suffix, err) : add_text(s->model, &suffix, "\n", false, err)) goto done;
-    for (int start = f->begin, i = 0; start < n; start += chunk, i++) {
+    if (chat ? chat_suffix(s->model, &suffix, err) : add_text(s->model, &suffix, "\n", false, err)) goto done;
+    for (int start = begin, i = 0; start < n; start += chunk, i++) {
         int len = n - start < chunk ? n - start : chunk;
         pass.n = 0;
         if (i == 0 ? add_tokens(&pass, first.ids, first.n, err) : add_tokens(&pass, next.ids, next.n, err)) goto done;
@@ -250,13 +185,10 @@ done:
     return rc;
 }
 
-int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t *tokens, int n,
-                    const pkv_context_frame *frame, const pkv_press_cfg *press, pkv_compress_stats *stats,
-                    pkv_error *err) {
+int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t *tokens, int n, int begin,
+                    bool chat, const pkv_press_cfg *press, pkv_compress_stats *stats, pkv_error *err) {
     double t0 = pkv_now_seconds();
-    pkv_context_frame plain = {0, false};
-    const pkv_context_frame *f = frame ? frame : &plain;
-    if (check_session(s, n, press, f, err)) return -1;
+    if (check_session(s, n, press, begin, err)) return -1;
     const pkv_hparams *hp = &s->model->hp;
     pkv_recon_state r = {.press = press, .ctx_rows = n};
     int rc = -1, n_full = 0;
@@ -270,7 +202,7 @@ int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t
             if (!(r.scores[il][g] = calloc((size_t)n + 1, sizeof(float)))) goto nomem;
         n_full++;
     }
-    if (run_passes(s, tokens, n, f, &r, err)) goto done;
+    if (run_passes(s, tokens, n, begin, chat, &r, err)) goto done;
     /* the press reads every pressed layer's scores, by rank */
     by_rank = calloc((size_t)n_full, sizeof *by_rank);
     if (!by_rank) goto nomem;

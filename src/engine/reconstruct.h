@@ -3,14 +3,14 @@
  * passes"): for a press that scores rows by how the model repeats the
  * context (KVzip), the engine feeds, after the prefill, an instruction to
  * repeat and the context again, chunk by chunk, appending each pass to the
- * cache and removing it afterwards, and hands every full layer's queries of
- * the pass to the press. Then it presses every full layer with the scores.
+ * cache and removing it afterwards; the forward pass hands every full layer's
+ * queries of a pass to the press (pkv_recon_observe, compress.c). Then it
+ * presses every full layer with the scores.
  */
 #ifndef PKV_ENGINE_RECONSTRUCT_H
 #define PKV_ENGINE_RECONSTRUCT_H
 
 #include "engine/compress.h"
-#include "engine/session.h"
 #include "engine/state.h"
 
 /* Before a prefill of s with press (before_prefill: s must hold nothing yet)
@@ -19,18 +19,12 @@ int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool befor
 
 /* s holds exactly the n tokens (its first prefill, unpressed; probes[il]
  * what that prefill kept of layer il, s's own or the session s was copied
- * from): runs press's passes over tokens[frame->begin, n), the instruction
- * ending with the chat template's generation prompt when frame->chat (a
- * newline otherwise), and presses every full layer with their scores. frame
- * NULL: begin 0, no chat template. */
-int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t *tokens, int n,
-                    const pkv_context_frame *frame, const pkv_press_cfg *press, pkv_compress_stats *stats,
-                    pkv_error *err);
-
-/* The forward pass calls this after layer il's attention over a chunk of a
- * pass (s->recon set): q are the chunk's post-RoPE queries, [c0, c0 + nc) its
- * tokens within the pass. */
-int pkv_recon_observe(pkv_session *s, int il, const float *q, int c0, int nc, pkv_error *err);
+ * from): runs press's passes over tokens[begin, n) (begin: where the context
+ * starts after the chat template's opening), the instruction ending with the
+ * chat template's generation prompt when chat (a newline otherwise), and
+ * presses every full layer with their scores. */
+int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t *tokens, int n, int begin,
+                    bool chat, const pkv_press_cfg *press, pkv_compress_stats *stats, pkv_error *err);
 
 /* An upper bound of the rows a pass of press adds to each head while a prompt
  * of n compressed tokens is reconstructed (the admission estimate). */

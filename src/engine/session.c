@@ -218,7 +218,7 @@ int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, con
         if (pkv_recon_check(s, press, true, err)) return -1;
         if (pkv_forward(s, tokens, n, NULL, &keep, NULL, NULL, &fs, err)) return -1;
         s->probes_ok = false;
-        if (pkv_recon_press(s, s->probes, tokens, n, frame, press, &fs, err)) {
+        if (pkv_recon_press(s, s->probes, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs, err)) {
             s->broken = true; /* the prompt is in, unpressed: only a reset helps */
             return -1;
         }
@@ -286,7 +286,8 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
     pkv_compress_stats fs = {0};
     if (is_recon_press(press)) {
         dst->broken = false; /* the copy is whole: the passes run on it */
-        if (pkv_recon_press(dst, src->probes, tokens, n, frame, press, &fs, err)) {
+        if (pkv_recon_press(dst, src->probes, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs,
+                            err)) {
             dst->broken = true;
             return -1;
         }

@@ -14,7 +14,7 @@ int pkv_session_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_
 
 /* Where the context starts in a prompt and whether a chat template frames
  * it: what a reconstruction press (KVzip) needs beyond the tokens
- * (engine/reconstruct.h). */
+ * (pkv_recon_press, engine/reconstruct.h). */
 typedef struct {
     int begin;
     bool chat;
