@@ -13,7 +13,10 @@
 #include "request.h"
 #include "response.h"
 #include "sched.h"
-#include "server.h"
+
+/* server.h's options, by name only: server.h is the entry point above this
+ * header (server.c includes both), so this one does not include it. */
+typedef struct pkv_server_opts pkv_server_opts;
 
 typedef struct {
     const pkv_server_opts *opts;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "server.h"
 
 static json_t *context_object(const srv_context *c) {
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:f}", "id", c->id, "object", "context",

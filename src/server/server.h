@@ -10,7 +10,7 @@
 
 #include "promptkv.h"
 
-typedef struct {
+typedef struct pkv_server_opts {
     const char *host;          /* address to bind, e.g. 127.0.0.1 */
     int port;                  /* 0: any free port (printed) */
     const char *model_id;      /* the name /v1/models lists */
