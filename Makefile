@@ -12,6 +12,7 @@
 #   make fuzz-request  libFuzzer target for the server's request parsing (clang)
 #   make fuzz-tokenizer, make fuzz-chat  libFuzzer targets for the tokenizers and the chat formatter (clang)
 #   make fuzz-http     libFuzzer target for the server's HTTP framing checks (clang)
+#   make fuzz-cachefile libFuzzer target for the saved-cache reader (clang)
 #   make deps       Debian packages the server needs (tools/install-deps.sh; run by make)
 
 CC      ?= gcc
@@ -98,7 +99,7 @@ $(BUILD)/cli/cmd_eval.o $(BUILD)/cli/eval_args.o: $(MPI_STAMP)
 $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
-.PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat deps clean demo bench
+.PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat fuzz-cachefile deps clean demo bench
 all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/protokv-diagnose
 deps:
 	@tools/install-deps.sh
@@ -145,6 +146,13 @@ FUZZ_GGUF_SRC = src/format/gguf.c src/format/gguf_format.c src/base/error.c
 $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 	@mkdir -p $(BUILD)
 	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) -o $@ -lm
+
+# the saved-cache reader and the cache it fills
+fuzz-cachefile: $(BUILD)/fuzz_cachefile
+FUZZ_CACHEFILE_SRC = src/cache/kvfile.c src/cache/kvcache.c src/base/crc64.c src/base/error.c
+$(BUILD)/fuzz_cachefile: fuzz/fuzz_cachefile.c $(FUZZ_CACHEFILE_SRC) src/cache/kvfile.h src/cache/kvcache.h
+	@mkdir -p $(BUILD)
+	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_cachefile.c $(FUZZ_CACHEFILE_SRC) -o $@ -lm
 
 # the request parser with the whole library, built by clang into $(BUILD)/fuzz; CPU detection
 # and the SIMD kernels use gcc-only builtins and pragmas: gcc builds them, uninstrumented

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "args.h"
 #include "commands.h"
@@ -11,7 +12,7 @@
 #include "press_args.h"
 
 static const char RUN_USAGE[] =
-    "usage: promptkv run -m MODEL (-p TEXT | -f FILE) [options]\n"
+    "usage: promptkv run -m MODEL (-p TEXT | -f FILE | --load-cache F) [options]\n"
     "\n"
     "Reads the prompt, prefills it, and streams the completion to stdout.\n"
     "Statistics (prompt tokens, prefill and decode tok/s, KV-cache bytes) go to stderr.\n"
@@ -38,6 +39,11 @@ static const char RUN_USAGE[] =
     "  -q, --question TEXT   a question appended after the prompt; with --mode query_agnostic the\n"
     "                        prompt is compressed first and the question fed on top (kvpress's protocol)\n"
     "      --question-file F read the question from a file\n"
+    "      --save-cache F    save the cache once the press has run (the whole prompt, or with\n"
+    "                        --mode query_agnostic the context without the question) to F\n"
+    "      --load-cache F    start from a saved cache instead of a prompt; -p/-f and -q are fed after it\n"
+    "                        (with --chat: more of the user's text and the question, then the template's\n"
+    "                        tail); the press and the system prompt are the saved ones (docs/cache-file.md)\n"
     "  -h, --help            this help (and --help-press for every press and its options)\n";
 
 static volatile sig_atomic_t g_interrupted;   /* set by SIGINT; the CLI's only signal state */
@@ -56,6 +62,8 @@ typedef struct {
     const char *system;
     const char *question;
     const char *question_file;
+    const char *save_cache;
+    const char *load_cache;
     press_args press;
     int n_predict;
     bool chat;
@@ -70,6 +78,8 @@ static const cli_flag RUN_FLAGS[] = {
     {"--system", NULL, CLI_TEXT, offsetof(run_args, system), 0, 0, NULL},
     {"--question", "-q", CLI_TEXT, offsetof(run_args, question), 0, 0, NULL},
     {"--question-file", NULL, CLI_TEXT, offsetof(run_args, question_file), 0, 0, NULL},
+    {"--save-cache", NULL, CLI_TEXT, offsetof(run_args, save_cache), 0, 0, NULL},
+    {"--load-cache", NULL, CLI_TEXT, offsetof(run_args, load_cache), 0, 0, NULL},
     {"--n-predict", "-n", CLI_INT, offsetof(run_args, n_predict), 0, 1 << 30, NULL},
     {"--ctx-size", "-c", CLI_INT, offsetof(run_args, sopts.n_ctx), 1, 1 << 30, NULL},
     {"--chat", NULL, CLI_TRUE, offsetof(run_args, chat), 0, 0, NULL},
@@ -98,8 +108,14 @@ static int parse_args(int argc, char **argv, run_args *a) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;
     }
-    if (!a->prompt == !a->prompt_file) {
-        cli_error(cmd, "give exactly one of -p TEXT or -f FILE");
+    if (a->load_cache ? a->prompt && a->prompt_file : !a->prompt == !a->prompt_file) {
+        cli_error(cmd, a->load_cache ? "give at most one of -p TEXT or -f FILE after --load-cache"
+                                     : "give exactly one of -p TEXT or -f FILE");
+        return -1;
+    }
+    if (a->load_cache && (a->press.press || a->press.n_opts || a->press.protect_system || a->system)) {
+        cli_error(cmd, "--load-cache takes the saved cache as it is: its press and system prompt are the saved ones "
+                       "(no --press, press options, --protect-system or --system)");
         return -1;
     }
     if (a->system && !a->chat) {
@@ -114,7 +130,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
         cli_error(cmd, "--protect-system needs --chat and --system");
         return -1;
     }
-    if (a->press.mode && !strcmp(a->press.mode, "query_agnostic") && !a->question && !a->question_file) {
+    if (a->press.mode && !strcmp(a->press.mode, "query_agnostic") && !a->question && !a->question_file &&
+        !a->load_cache) {
         cli_error(cmd, "--mode query_agnostic needs a question (--question or --question-file) to feed after compression");
         return -1;
     }
@@ -139,6 +156,34 @@ static bool print_token(void *user, const pkv_token_event *ev) {
 }
 
 static double mib(uint64_t b) { return b / 1048576.0; }
+
+/* The press as the flags gave it, for a saved cache: "snapkv budget=256 mode=query_agnostic". */
+static void press_text(const press_args *pa, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "%s", pa->press ? pa->press : "none");
+    for (int k = 0; k < pa->n_opts && n + 1 < len; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s", pa->keys[k]);
+        for (char *p = key; *p; p++)
+            if (*p == '-') *p = '_'; /* the option's name as pkv_press_cfg_set takes it */
+        n += (size_t)snprintf(buf + n, len - n, " %s=%s", key, pa->values[k]);
+    }
+}
+
+/* pkv_request_run's phases, with the cache loaded instead of prefilled, or
+ * saved once the press has run. */
+static int run_phases(pkv_session *s, const pkv_request *req, const pkv_request_prompt *rp, const run_args *a,
+                      pkv_request_stats *st, pkv_error *err) {
+    memset(st, 0, sizeof *st);
+    if (!a->load_cache && pkv_request_prefill_compressed(s, req, rp, NULL, st, err)) return -1;
+    if (a->save_cache) {
+        char text[1024];
+        press_text(&a->press, text, sizeof text);
+        if (pkv_session_save(s, a->save_cache, text, a->chat ? "chat" : "text", err)) return -1;
+    }
+    if (pkv_request_prefill_rest(s, rp, st, err)) return -1;
+    st->prefilled = true;
+    return pkv_generate(s, req, st, err);
+}
 
 /* Per-layer rows after compression, one line. */
 static void print_rows_per_layer(const pkv_session *s, int n_prompt) {
@@ -168,6 +213,8 @@ int cmd_run(int argc, char **argv) {
     char *question = context ? read_text_arg("run", a.question, a.question_file) : NULL;
     pkv_session *s = NULL;
     pkv_request_prompt rp = {0};
+    pkv_saved_cache_info *loaded = NULL;
+    double t_load = 0.0;
     int exit_code = EXIT_RUNTIME;
     if (!question) goto done;
 
@@ -186,7 +233,28 @@ int cmd_run(int argc, char **argv) {
     req.ignore_eos = a.ignore_eos;
     req.on_token = print_token;
     pkv_error err;
-    if (pkv_request_tokenize(model, &req, &rp, &err)) {
+    s = pkv_session_new(model, &a.sopts, &err);
+    if (!s) {
+        cli_error("run", "%s", err.msg);
+        goto done;
+    }
+    if (a.load_cache) {
+        loaded = malloc(sizeof *loaded);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (!loaded || pkv_session_load(s, a.load_cache, loaded, &err)) {
+            cli_error("run", "%s", loaded ? err.msg : "out of memory");
+            goto done;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        t_load = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        int n_state;
+        const int32_t *state = pkv_session_tokens(s, &n_state);
+        if (pkv_request_tokenize_continuation(model, &req, state, n_state, &rp, &err)) {
+            cli_error("run", "%s", err.msg);
+            goto done;
+        }
+    } else if (pkv_request_tokenize(model, &req, &rp, &err)) {
         cli_error("run", "%s", err.msg);
         goto done;
     }
@@ -196,11 +264,6 @@ int cmd_run(int argc, char **argv) {
         exit_code = EXIT_USAGE;
         goto done;
     }
-    s = pkv_session_new(model, &a.sopts, &err);
-    if (!s) {
-        cli_error("run", "%s", err.msg);
-        goto done;
-    }
 
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;
@@ -208,7 +271,8 @@ int cmd_run(int argc, char **argv) {
     g_running = s;
 
     pkv_request_stats st = {0};
-    int run_rc = pkv_request_run(s, &req, &rp, &st, &err);
+    int run_rc = a.save_cache || a.load_cache ? run_phases(s, &req, &rp, &a, &st, &err)
+                                              : pkv_request_run(s, &req, &rp, &st, &err);
     if (run_rc && !st.prefilled) {
         cli_error("run", "%s", err.msg);
         exit_code = err.code == PKV_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
@@ -237,6 +301,13 @@ int cmd_run(int argc, char **argv) {
     bool agnostic = req.mode == PKV_MODE_QUERY_AGNOSTIC;
     char desc[160];
     pkv_press_cfg_describe(press, desc, sizeof desc);
+    if (loaded) {
+        fprintf(stderr, "loaded cache:    %s: %d tokens, press \"%s\", %.2f MiB (%lld rows) in %.1f ms\n", a.load_cache,
+                loaded->n_tokens, loaded->press, mib(loaded->cache_bytes), (long long)loaded->rows, t_load * 1e3);
+        fprintf(stderr, "prompt tokens:   %d after the cache\n", n_prompt - loaded->n_tokens);
+        fprintf(stderr, "prefill:         %.3f s\n", st.rest_seconds);
+        goto decode_stats;
+    }
     fprintf(stderr, "prompt tokens:   %d", n_prompt);
     if (n_context < n_prompt) fprintf(stderr, " (context %d + question %d)", n_context, n_prompt - n_context);
     fputc('\n', stderr);
@@ -253,12 +324,15 @@ int cmd_run(int argc, char **argv) {
     } else {
         fprintf(stderr, "kv cache:        %.2f MiB after the prompt (no press)\n", mib(ps->cache_bytes));
     }
+    if (a.save_cache) fprintf(stderr, "saved cache:     %s (%d tokens)\n", a.save_cache, rp.n_compressed);
+decode_stats:
     fprintf(stderr, "decode:          %d tokens, %.1f tok/s (%.2f ms/token)\n", n_gen,
             n_decoded > 0 ? n_decoded / t_decode : 0.0, n_decoded > 0 ? 1e3 * t_decode / n_decoded : 0.0);
     fprintf(stderr, "kv cache now:    %.2f MiB (%llu bytes)\n", mib(pkv_session_cache_bytes(s)),
             (unsigned long long)pkv_session_cache_bytes(s));
 done:
     g_running = NULL;
+    free(loaded);
     pkv_request_prompt_free(&rp);
     pkv_session_free(s);
     free(context);

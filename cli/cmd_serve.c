@@ -18,7 +18,9 @@ static const char SERVE_USAGE[] =
     "A request may choose its own compression with the extension field\n"
     "  \"kv_compression\": {\"press\": \"snapkv\", \"budget\": 1024, \"window\": 32, \"protect_system\": true}\n"
     "(every key but press and protect_system is a press option); the flags below set the press of\n"
-    "requests without one. SIGTERM stops accepting, lets running requests finish, and exits 0.\n"
+    "requests without one. Stored contexts: POST /v1/contexts {\"text\": ...} or {\"messages\": ...}\n"
+    "prefills and compresses a context once; requests naming its \"context_id\" continue from it;\n"
+    "GET and DELETE /v1/contexts/{id}. SIGTERM stops accepting, lets running requests finish, exits 0.\n"
     "\n"
     "  -m, --model PATH        GGUF model\n"
     "      --host ADDR         address to listen on (default 127.0.0.1)\n"
@@ -29,6 +31,9 @@ static const char SERVE_USAGE[] =
     "  -c, --ctx-size N        context per request, prompt + completion (default: the model's)\n"
     "  -b, --batch N           prefill chunk in tokens (default 512)\n"
     "      --kv-mem SIZE       KV cache all running requests may reserve, e.g. 4G (default 4G)\n"
+    "      --ctx-mem SIZE      memory all stored contexts may hold (default 1G; the least recently used\n"
+    "                          goes first)\n"
+    "      --ctx-dir DIR       keep stored contexts as saved caches in DIR and reload them at start\n"
     "      --queue N           requests that may wait for a slot (default 64; more get 429)\n"
     "      --queue-timeout S   seconds a request may wait for a slot (default 300; then 503)\n"
     "      --max-tokens N      the most tokens a request may ask for (default 4096)\n"
@@ -81,6 +86,8 @@ static const cli_flag SERVE_FLAGS[] = {
     {"--drain-timeout", NULL, CLI_DOUBLE, OPT(drain_timeout), 0.1, 86400.0, NULL},
     {"--timeout", NULL, CLI_UINT, OPT(idle_timeout), 1, 86400, NULL},
     {"--kv-mem", NULL, CLI_SIZE, OPT(kv_mem), 0, 0, positive_size},
+    {"--ctx-mem", NULL, CLI_SIZE, OPT(ctx_mem), 0, 0, positive_size},
+    {"--ctx-dir", NULL, CLI_TEXT, OPT(ctx_dir), 0, 0, NULL},
     {"--max-body", NULL, CLI_SIZE, OPT(max_body), 0, 0, body_size},
     {"--quiet", NULL, CLI_FALSE, OPT(log_requests), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},

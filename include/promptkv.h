@@ -371,6 +371,44 @@ int pkv_session_positions(const pkv_session *session, int layer, int head, int32
  * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */
 void pkv_session_interrupt(pkv_session *session);
 
+/* ---------------------------------------------------------------- saved caches */
+
+/* A session's state (its cache, compressed or not; its tokens, logical
+ * length and last logits) saved to a file and loaded back
+ * (docs/cache-file.md). The file records a fingerprint of the model file and
+ * is refused by any other model; a truncated or altered file is refused with
+ * a one-line error. */
+
+/* The tokens the session has read, pkv_session_n_pos of them (owned by it). */
+const int32_t *pkv_session_tokens(const pkv_session *session, int *n_tokens);
+
+/* CRC-64 of the model file's bytes and its size: computed at the first call
+ * (which reads the whole file), then remembered. */
+uint64_t pkv_model_fingerprint(const pkv_model *model);
+
+/* Writes the session's state to path (beside it first, then renamed, so a
+ * reader never sees half a file). press: the press and options that made the
+ * cache as text ("snapkv budget=256 mode=query_agnostic"; NULL: "none");
+ * label: any text the caller keeps with it (NULL: none); each at most 4096
+ * bytes, no control characters. */
+int pkv_session_save(const pkv_session *session, const char *path, const char *press, const char *label,
+                     pkv_error *err);
+
+typedef struct {
+    int n_tokens;         /* the session's n_pos after the load */
+    int64_t rows;         /* cache rows over all layers and heads */
+    uint64_t cache_bytes; /* their keys, values and positions */
+    uint64_t file_bytes;
+    char press[4097];
+    char label[4097];
+} pkv_saved_cache_info;
+
+/* Replaces the session's state with a saved one: the file must come from
+ * this model file, with this session's cache type and at most its context
+ * length of tokens. Later prefills and decodes continue it. On an error the
+ * session is reset. info may be NULL. */
+int pkv_session_load(pkv_session *session, const char *path, pkv_saved_cache_info *info, pkv_error *err);
+
 /* ---------------------------------------------------------------- sampling */
 
 typedef struct {
@@ -482,6 +520,17 @@ typedef struct {
 int pkv_request_tokenize(const pkv_model *model, const pkv_request *req, pkv_request_prompt *out, pkv_error *err);
 void pkv_request_prompt_free(pkv_request_prompt *prompt);
 
+/* The prompt of a request that continues a state holding the n_state
+ * tokens of a context (a saved cache loaded, a stored context): the state's
+ * tokens, then what follows the context's text in the request's prompt — its
+ * own context text when it has one (more of the document), the question, the
+ * chat template's tail, the answer prefix — or the request's token ids as
+ * they are. n_compressed is n_state: the state is taken as it is (prefill
+ * the rest with pkv_request_prefill_rest). A conversation (messages) is
+ * refused: it cannot follow a context. */
+int pkv_request_tokenize_continuation(const pkv_model *model, const pkv_request *req, const int32_t *state,
+                                      int n_state, pkv_request_prompt *out, pkv_error *err);
+
 /* What the cache will hold, from the same budget code the press runs
  * (layer and head schedules, the observation window, protected rows). */
 typedef struct {
@@ -517,6 +566,14 @@ struct pkv_request_stats {
  * PKV_FINISH_CONTEXT too. */
 int pkv_request_run(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
                     pkv_request_stats *stats, pkv_error *err);
+
+/* pkv_request_run starting from another session's state (a stored context:
+ * pkv_request_prefill_compressed's from, below) whose tokens the prompt
+ * begins with (n_compressed = from's length: pkv_request_tokenize_continuation,
+ * or a prompt found to begin with them); from is only read, so several
+ * sessions may start from it at once. */
+int pkv_request_run_from(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session *from, pkv_request_stats *stats, pkv_error *err);
 
 /* The phases of pkv_request_run, for callers that reuse a state. The
  * compressed part: prefilled with the press, or, when from is not NULL,

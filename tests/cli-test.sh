@@ -200,6 +200,42 @@ expect synth_unknown_shape 2 "unknown shape 'llama-9b'" -- "$bin" synth llama-9b
 expect synth_bad_type 2 '--type must be one of' -- "$bin" synth llama-3.2-1b --type q3_z -o "$tmp/x.gguf"
 expect synth_no_output 2 'need a SHAPE and -o FILE' -- "$bin" synth llama-3.2-1b
 expect synth_unwritable 1 'cannot create' -- "$bin" synth qwen2.5-0.5b --type f32 -o "$tmp/no/such/dir/x.gguf"
+# saved caches (docs/cache-file.md): the context compressed once and saved, then loaded with the question
+# after it, prints what the whole prompt prints; a damaged or foreign file is one error line
+doc="the cat sat on the mat while the rain fell softly on the roof of the house by the sea"
+saved_run() {
+    "$bin" run -m "$tiny" -p "$doc" -q " and then" --press snapkv --budget 12 --window 4 --mode query_agnostic \
+        -n 12 --save-cache "$tmp/doc.pkvc" 2>/dev/null > "$tmp/live.txt" &&
+        "$bin" run -m "$tiny" --load-cache "$tmp/doc.pkvc" -q " and then" -n 12 2>/dev/null > "$tmp/loaded.txt" &&
+        [ -s "$tmp/live.txt" ] && cmp -s "$tmp/live.txt" "$tmp/loaded.txt" && echo same
+}
+expect_out save_load_cache_same_text '^same$' -- saved_run
+expect_out load_cache_reports_press 'press "snapkv budget=12 window=4 mode=query_agnostic"' -- \
+    sh -c "'$bin' run -m '$tiny' --load-cache '$tmp/doc.pkvc' -n 2 2>&1"
+if [ -f "$tmp/doc.pkvc" ]; then
+    size=$(stat -c %s "$tmp/doc.pkvc")
+    head -c $((size - 1)) "$tmp/doc.pkvc" > "$tmp/short.pkvc"
+    expect load_cache_truncated 1 "short.pkvc: truncated: the header says $size bytes, the file has $((size - 1))" -- \
+        "$bin" run -m "$tiny" --load-cache "$tmp/short.pkvc" -q x
+    { head -c 200 "$tmp/doc.pkvc"; printf 'Z'; tail -c +202 "$tmp/doc.pkvc"; } > "$tmp/altered.pkvc"
+    expect load_cache_altered 1 "altered.pkvc: checksum mismatch .*: the file was altered or damaged" -- \
+        "$bin" run -m "$tiny" --load-cache "$tmp/altered.pkvc" -q x
+    expect load_cache_other_model 1 "doc.pkvc: saved from another model file of the same shape" -- \
+        "$bin" run -m tests/fixtures/models/tiny-llama-f16.gguf --load-cache "$tmp/doc.pkvc" -q x
+    expect load_cache_other_shape 1 "doc.pkvc: saved from another model \(2 layers" -- \
+        "$bin" run -m tests/fixtures/models/tiny-gemma3-f32.gguf --load-cache "$tmp/doc.pkvc" -q x
+    expect load_cache_cache_type 1 "saved with an f16 cache; this session's is f32" -- \
+        "$bin" run -m "$tiny" --cache-type f32 --load-cache "$tmp/doc.pkvc" -q x
+fi
+expect load_cache_not_a_cache 1 "tiny-llama-f32.gguf: not a promptkv saved cache" -- \
+    "$bin" run -m "$tiny" --load-cache "$tiny" -q x
+expect load_cache_missing 1 "nope.pkvc: cannot open" -- "$bin" run -m "$tiny" --load-cache "$tmp/nope.pkvc"
+expect load_cache_with_press 2 "--load-cache takes the saved cache as it is" -- \
+    "$bin" run -m "$tiny" --load-cache "$tmp/doc.pkvc" --press snapkv --budget 8 -q x
+expect load_cache_two_prompts 2 "at most one of -p TEXT or -f FILE after --load-cache" -- \
+    "$bin" run -m "$tiny" --load-cache "$tmp/doc.pkvc" -p a -f "$tmp/doc.pkvc"
+expect save_cache_unwritable 1 "no/dir/x.pkvc: cannot create a file beside it" -- \
+    "$bin" run -m "$tiny" -p "$doc" -n 1 --save-cache "$tmp/no/dir/x.pkvc"
 # the demo of make run, on tiny models (its table, whatever they answer): an instruct layout with every layer
 # pressed, and a base-model layout on a model with sliding-window layers
 demo() {

@@ -27,6 +27,7 @@ import openai
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/promptkv"
 TINY = "tests/fixtures/models/tiny-gemma3-f32.gguf"
 REAL = "models/gemma-3-270m-q4_k_m.gguf"
+QWEN = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 HOST = "127.0.0.1"
 
 # ---------------------------------------------------------------- harness
@@ -624,6 +625,180 @@ def test_kv_mem_too_big(model):
         check(s.stop() == 0, "exit code")
 
 
+# ---------------------------------------------------------------- stored contexts (tiny model)
+
+QUESTIONS = [" When does it open?", " What do tickets cost?", " Where is the cafe?"]
+SYSTEM = "Be brief."
+SHORT = "The museum opens at nine. Tickets cost four euros. The cafe is on the second floor."
+
+
+def make_context(s, body, want_status=200):
+    status, ctx = s.post("/v1/contexts", body)
+    check(status == want_status, f"POST /v1/contexts: {status} {ctx}")
+    return ctx
+
+
+def ask(s, ctx_id, question, chat, max_tokens=8):
+    """A question by context_id: the answer and the usage's extension fields."""
+    if chat:
+        r = s.client.chat.completions.create(model="m", messages=[{"role": "user", "content": question}],
+                                             max_tokens=max_tokens, temperature=0, extra_body={"context_id": ctx_id})
+        return r.choices[0].message.content, r.usage.model_extra, r.usage.prompt_tokens
+    r = s.client.completions.create(model="m", prompt=question, max_tokens=max_tokens, temperature=0,
+                                    extra_body={"context_id": ctx_id})
+    return r.choices[0].text, r.usage.model_extra, r.usage.prompt_tokens
+
+
+def check_context_answers(s, model, ctx, doc, press_flags, chat, system=None, n=8):
+    """Each question by context_id answers what `promptkv run` answers for the whole prompt, the document
+    pressed query-agnostically with the same press and the question fed after it (kvpress's protocol)."""
+    before = s.request("GET", "/v1/contexts/" + ctx["id"])[2]
+    for q in QUESTIONS:
+        text, u, prompt_tokens = ask(s, ctx["id"], q, chat, n)
+        check(u["kv_context_id"] == ctx["id"] and u["kv_context_tokens"] == ctx["tokens"], f"usage {u}")
+        check(prompt_tokens > ctx["tokens"], f"prompt_tokens {prompt_tokens} <= the context's {ctx['tokens']}")
+        args = ["-p", doc, "-q", q, "-n", str(n), "--mode", "query_agnostic", *press_flags]
+        if chat:
+            args = ["--chat", *(["--system", system] if system else []), *args]
+        # the server makes its text valid UTF-8 (U+FFFD for a broken sequence, as Python's "replace")
+        out = subprocess.run([BIN, "run", "-m", model, *args], capture_output=True, check=True).stdout
+        want = out.decode("utf-8", errors="replace")[:-1]
+        check(text == want, f"{q!r}: by context_id {text!r} != the whole prompt {want!r}")
+    # copy-on-write: the stored context is as it was
+    after = s.request("GET", "/v1/contexts/" + ctx["id"])[2]
+    check(before == after, f"the stored context changed: {before} -> {after}")
+
+
+def test_contexts_tiny(tmpdir):
+    s = Server(TINY, "--slots", "2", "--ctx-dir", tmpdir, "--quiet")
+    try:
+        before = s.metrics()
+        ctx = make_context(s, {"text": LONG})
+        check(re.fullmatch(r"ctx-[0-9a-f]{24}", ctx["id"]) and ctx["object"] == "context" and ctx["kind"] == "text",
+              f"{ctx}")
+        check(ctx["tokens"] == cli_tokens(TINY, LONG), f"tokens {ctx['tokens']}")
+        check(ctx["kv_press"] == "tova ratio=0.5" and ctx["kv_cache_rows"] < ctx["kv_cache_rows_full"], f"{ctx}")
+        check(0 < ctx["kv_cache_bytes"] < ctx["kv_cache_bytes_full"] and ctx["memory_bytes"] > ctx["kv_cache_bytes"],
+              f"{ctx}")
+        check(os.path.exists(os.path.join(tmpdir, ctx["id"] + ".pkvc")), "persisted under --ctx-dir")
+        check_context_answers(s, TINY, ctx, LONG, ["--press", "tova", "--ratio", "0.5"], chat=False)
+        # a chat context: a system and a user message, questions appended to the user's text
+        chat = make_context(s, {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": SHORT}],
+                                "kv_compression": {"press": "snapkv", "budget": 16, "window": 4}})
+        check(chat["kind"] == "chat" and chat["kv_press"] == "snapkv budget=16 window=4", f"{chat}")
+        check_context_answers(s, TINY, chat, SHORT, ["--press", "snapkv", "--budget", "16", "--window", "4"],
+                              chat=True, system=SYSTEM)
+        # a prompt that begins with a stored context's tokens starts from it (no kv_compression of its own)
+        r = s.client.completions.create(model="m", prompt=LONG + QUESTIONS[0], max_tokens=8, temperature=0)
+        u = r.usage.model_extra
+        check(u.get("kv_context_id") == ctx["id"] and u["kv_press"] == "tova ratio=0.5", f"automatic reuse: {u}")
+        check(r.choices[0].text == ask(s, ctx["id"], QUESTIONS[0], False)[0], "reuse answers as context_id does")
+        r = s.client.completions.create(model="m", prompt=LONG + QUESTIONS[0], max_tokens=8, temperature=0,
+                                        extra_body={"kv_compression": {"press": "none"}})
+        check("kv_context_id" not in r.usage.model_extra, "a request with its own press prefills it all")
+        listed = json.loads(s.request("GET", "/v1/contexts")[2])
+        check(listed["object"] == "list" and {c["id"] for c in listed["data"]} == {ctx["id"], chat["id"]}, f"{listed}")
+        m = s.metrics()
+        check(m["promptkv_contexts"] == 2 and m["promptkv_context_bytes"] == ctx["memory_bytes"] + chat["memory_bytes"],
+              "contexts gauges")
+        check(m['promptkv_contexts_total{event="created"}'] == before['promptkv_contexts_total{event="created"}'] + 2,
+              "created")
+        check(m['promptkv_context_requests_total{by="id"}'] == 3 + 3 + 1 and
+              m['promptkv_context_requests_total{by="prefix"}'] == 1, "context requests")
+        # errors
+        status, body = s.post("/v1/completions", {"prompt": "x", "context_id": "ctx-000000000000000000000000"})
+        error_of(status, body, 404, "context_not_found", "context_id")
+        status, body = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                       "context_id": ctx["id"]})
+        error_of(status, body, 400, "invalid_value", "context_id")
+        status, body = s.post("/v1/completions", {"prompt": "x", "context_id": ctx["id"],
+                                                  "kv_compression": {"press": "snapkv", "budget": 8}})
+        error_of(status, body, 400, "invalid_value", "kv_compression")
+        status, body = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"},
+                                                                    {"role": "user", "content": "b"}],
+                                                       "context_id": chat["id"]})
+        error_of(status, body, 400, "invalid_value", "messages")
+        error_of(*s.post("/v1/contexts", {}), 400, "missing_field", "text")
+        error_of(*s.post("/v1/contexts", {"text": "a", "messages": []}), 400, "invalid_value", "messages")
+        error_of(*s.post("/v1/contexts", {"messages": [{"role": "assistant", "content": "a"}]}), 400, "invalid_value",
+                 "messages")
+        error_of(*s.post("/v1/contexts", {"text": "a", "kv_compression": {"press": "snapk"}}), 400, "invalid_value",
+                 "kv_compression.press")
+        error_of(*s.post("/v1/contexts", {"text": LONG * 4}), 400, "context_length_exceeded", "text")
+        status, headers, payload = s.request("PUT", "/v1/contexts")
+        error_of(status, json.loads(payload), 405, "method_not_allowed")
+        check(headers.get("Allow") == "GET, POST", f"Allow {headers.get('Allow')}")
+        # deleted: gone, its file too
+        status, _, payload = s.request("DELETE", "/v1/contexts/" + chat["id"])
+        check(status == 200 and json.loads(payload) == {"id": chat["id"], "object": "context.deleted",
+                                                         "deleted": True}, f"{status} {payload}")
+        status, _, payload = s.request("GET", "/v1/contexts/" + chat["id"])
+        error_of(status, json.loads(payload), 404, "context_not_found")
+        check(not os.path.exists(os.path.join(tmpdir, chat["id"] + ".pkvc")), "the deleted context's file remains")
+        answer = ask(s, ctx["id"], QUESTIONS[1], False)[0]
+    finally:
+        check(s.stop() == 0, "exit code")
+    # a restart finds the persisted context, which answers as before
+    s = Server(TINY, "--slots", "1", "--ctx-dir", tmpdir)
+    try:
+        got = json.loads(s.request("GET", "/v1/contexts/" + ctx["id"])[2])
+        same = {k: got[k] for k in ("tokens", "kv_cache_rows", "kv_cache_bytes", "memory_bytes", "kv_press", "kind")}
+        check(same == {k: ctx[k] for k in same}, f"reloaded {got} != stored {ctx}")
+        check(ask(s, ctx["id"], QUESTIONS[1], False)[0] == answer, "the reloaded context answers differently")
+        check(any("1 stored contexts reloaded" in line for line in s.lines), "the reload is reported")
+        check(s.metrics()['promptkv_contexts_total{event="reloaded"}'] == 1, "reloaded metric")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_contexts_memory(tmpdir):
+    """--ctx-mem: a context that can never fit is refused; the least recently used goes first."""
+    s = Server(TINY, "--slots", "1", "--ctx-mem", "1000", "--quiet")
+    try:
+        error_of(*s.post("/v1/contexts", {"text": LONG}), 400, "context_too_large")
+    finally:
+        check(s.stop() == 0, "exit code")
+    s = Server(TINY, "--slots", "1", "--quiet")
+    try:
+        size = make_context(s, {"text": LONG})["memory_bytes"]
+    finally:
+        check(s.stop() == 0, "exit code")
+    s = Server(TINY, "--slots", "1", "--ctx-mem", str(int(size * 2.5)), "--ctx-dir", tmpdir, "--quiet")
+    try:
+        a, b = make_context(s, {"text": LONG}), make_context(s, {"text": LONG})
+        s.request("GET", "/v1/contexts/" + a["id"])  # a is now used more recently than b
+        c = make_context(s, {"text": LONG})
+        status = {x["id"]: s.request("GET", "/v1/contexts/" + x["id"])[0] for x in (a, b, c)}
+        check(status == {a["id"]: 200, b["id"]: 404, c["id"]: 200}, f"after eviction: {status}")
+        check(not os.path.exists(os.path.join(tmpdir, b["id"] + ".pkvc")), "the evicted context's file remains")
+        m = s.metrics()
+        check(m['promptkv_contexts_total{event="evicted"}'] == 1 and m["promptkv_contexts"] == 2, "eviction metrics")
+        check(m["promptkv_context_bytes"] <= m["promptkv_context_bytes_limit"], "within --ctx-mem")
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
+def test_contexts_bad_files(tmpdir):
+    """A damaged or foreign file under --ctx-dir is named on stderr and not loaded; the server starts."""
+    with open(os.path.join(tmpdir, "ctx-" + "0" * 24 + ".pkvc"), "wb") as f:
+        f.write(b"PKVCACHE" + b"\0" * 200)
+    s = Server(TINY, "--slots", "1", "--ctx-dir", tmpdir)
+    try:
+        listed = json.loads(s.request("GET", "/v1/contexts")[2])
+        check(listed["data"] == [], f"{listed}")
+        check(any("not reloaded" in line and "ctx-000" in line for line in s.lines), "the bad file is named")
+    finally:
+        check(s.stop() == 0, "exit code")
+    # a directory made at the first start; a path that cannot be one stops the server with one line
+    fresh = os.path.join(tmpdir, "new")
+    s = Server(TINY, "--slots", "1", "--ctx-dir", fresh, "--quiet")
+    check(s.stop() == 0 and os.path.isdir(fresh), "--ctx-dir is made")
+    blocked = os.path.join(tmpdir, "ctx-" + "0" * 24 + ".pkvc")  # a file, not a directory
+    out = subprocess.run([BIN, "serve", "-m", TINY, "--port", "0", "--ctx-dir", blocked], capture_output=True,
+                         text=True, timeout=60)
+    check(out.returncode == 1 and "cannot read or create it" in out.stderr, f"{out.returncode} {out.stderr}")
+
+
 # ---------------------------------------------------------------- real model
 
 
@@ -643,6 +818,42 @@ def test_real_text_matches_cli(s):
                                     extra_body={"kv_compression": {"press": "snapkv", "budget": 64, "window": 16}})
     want = cli_run(REAL, "-p", doc, "-n", "8", "--press", "snapkv", "--budget", "64", "--window", "16")
     check(r.choices[0].text == want, f"compressed {r.choices[0].text!r} != run {want!r}")
+
+
+def test_real_contexts_qwen(tmpdir):
+    """Qwen2.5-Coder-0.5B-Instruct: a chat context compressed once (SnapKV, budget 64) answers three questions
+    by context_id as `promptkv run` answers each with the whole prompt; deleted; a text context persisted
+    across a restart answers as before it."""
+    with open("tests/data/english.txt", encoding="utf-8") as f:
+        doc = f.read()[:1500]
+    doc = doc[:doc.rfind(" ")] + "\n"
+    questions = ["Question: what is this text about?", "Question: name one thing the text describes.",
+                 "Question: summarize the text in one sentence."]
+    system = "Answer in one sentence."
+    s = Server(QWEN, "--slots", "1", "-c", "2048", "--ctx-dir", tmpdir, "--quiet")
+    try:
+        ctx = make_context(s, {"messages": [{"role": "system", "content": system}, {"role": "user", "content": doc}],
+                               "kv_compression": {"press": "snapkv", "budget": 64, "window": 16}})
+        check(ctx["kv_cache_rows"] < ctx["kv_cache_rows_full"] / 3, f"compressed: {ctx}")
+        for q in questions:
+            text, u, _ = ask(s, ctx["id"], q, True, 12)
+            want = cli_run(QWEN, "--chat", "--system", system, "-p", doc, "-q", q, "-n", "12", "--press", "snapkv",
+                           "--budget", "64", "--window", "16", "--mode", "query_agnostic")
+            check(text == want, f"{q!r}: by context_id {text!r} != the whole prompt {want!r}")
+            check(u["kv_context_tokens"] == ctx["tokens"], f"{u}")
+        status, _, _ = s.request("DELETE", "/v1/contexts/" + ctx["id"])
+        check(status == 200 and s.request("GET", "/v1/contexts/" + ctx["id"])[0] == 404, "deleted")
+        kept = make_context(s, {"text": doc})
+        before = ask(s, kept["id"], questions[0], False, 12)[0]
+    finally:
+        check(s.stop() == 0, "exit code")
+    s = Server(QWEN, "--slots", "1", "-c", "2048", "--ctx-dir", tmpdir, "--quiet")
+    try:
+        listed = json.loads(s.request("GET", "/v1/contexts")[2])
+        check([c["id"] for c in listed["data"]] == [kept["id"]], f"after the restart: {listed}")
+        check(ask(s, kept["id"], questions[0], False, 12)[0] == before, "the reloaded context answers differently")
+    finally:
+        check(s.stop() == 0, "exit code")
 
 
 def test_real_stop(s):
@@ -947,6 +1158,10 @@ def main():
         run_test("nan_model", test_nan_model, tmpdir)
         run_test("chat_template_from_gguf", test_chat_template_from_gguf, tmpdir)
     run_test("kv_mem_too_big", test_kv_mem_too_big, TINY)
+    for name, fn in [("contexts_tiny", test_contexts_tiny), ("contexts_memory", test_contexts_memory),
+                     ("contexts_bad_files", test_contexts_bad_files)]:
+        with tempfile.TemporaryDirectory() as tmpdir:
+            run_test(name, fn, tmpdir)
 
     if os.path.exists(REAL):
         real = Server(REAL, "--slots", "2", "-c", "2048", "--quiet")
@@ -963,6 +1178,11 @@ def main():
         run_test("real_sigterm_drains", test_real_sigterm_drains, REAL)
     else:
         print(f"skip server_real_*: {REAL} is absent (make model)")
+    if os.path.exists(QWEN):
+        with tempfile.TemporaryDirectory() as tmpdir:
+            run_test("real_contexts_qwen", test_real_contexts_qwen, tmpdir)
+    else:
+        print(f"skip server_real_contexts_qwen: {QWEN} is absent (make model)")
     # a server built with sanitizers reports on stderr (and exits non-zero, checked above)
     reports = [line for srv in servers for line in srv.lines
                if "runtime error" in line or "Sanitizer" in line or "LeakSanitizer" in line]

@@ -116,3 +116,40 @@ TEST(kvcache_window_trim_keeps_recent_rows) {
     CHECK_EQ_INT(bad_rows(&c, kern), 0);
     pkv_kvcache_free(&c);
 }
+
+/* A layer split per query head (SnapKV granularity=query_head): 3 KV heads
+ * become 6 heads, head s holding rows of KV head s / 2; a new token then
+ * appends KV head s / 2's key and value to head s (the projections hold 3
+ * KV heads a token, not 6). */
+TEST(kvcache_split_layer_appends_each_kv_heads_row) {
+    const pkv_kernels *kern = pkv_kernels_get(PKV_SIMD_SCALAR);
+    pkv_kvcache c;
+    pkv_error err;
+    REQUIRE(pkv_kvcache_init(&c, PKV_CACHE_F32, 1, HEADS, DK, DV, NULL, &err) == 0);
+    REQUIRE(append(&c, kern, 0, 10));
+    int32_t rows[2 * HEADS][10];
+    const int32_t *sel[2 * HEADS];
+    int n_keep[2 * HEADS];
+    for (int s = 0; s < 2 * HEADS; s++) {
+        n_keep[s] = 0;
+        for (int r = s % 2; r < 10; r += 2) rows[s][n_keep[s]++] = r; /* even rows for one, odd for the other */
+        sel[s] = rows[s];
+    }
+    REQUIRE(pkv_kvcache_split_heads(&c, 0, 2 * HEADS, sel, n_keep, 4, &err) == 0);
+    REQUIRE(append(&c, kern, 10, 3));
+    for (int s = 0; s < 2 * HEADS; s++) {
+        const pkv_kv_head *H = &c.layers[0].heads[s];
+        REQUIRE(H->n_rows == 8);
+        float k[8 * DK], v[8 * DV];
+        pkv_kvcache_read_k(&c, kern, 0, s, k);
+        pkv_kvcache_read_v(&c, kern, 0, s, v);
+        int bad = 0;
+        for (int r = 0; r < 8; r++)
+            for (int i = 0; i < DK; i++) bad += k[r * DK + i] != k_of(H->pos[r], s / 2, i);
+        for (int r = 0; r < 8; r++)
+            for (int i = 0; i < DV; i++) bad += v[r * DV + i] != v_of(H->pos[r], s / 2, i);
+        CHECK_MSG(bad == 0, "head %d: %d values are not its KV head's", s, bad);
+        CHECK_EQ_INT(H->pos[7], 12);
+    }
+    pkv_kvcache_free(&c);
+}

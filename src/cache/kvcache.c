@@ -170,6 +170,36 @@ int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err) {
     return 0;
 }
 
+int pkv_kvcache_set_n_heads(pkv_kvcache *c, int layer, int n_heads, pkv_error *err) {
+    pkv_kv_layer *L = &c->layers[layer];
+    for (int h = 0; h < L->n_heads; h++)
+        if (L->heads[h].n_rows || L->heads[h].k)
+            return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d: heads are set on a cleared cache only", layer);
+    if (n_heads == L->n_heads) return 0;
+    if (n_heads < L->n_heads_kv)
+        return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d: %d heads, fewer than the model's %d", layer, n_heads,
+                        L->n_heads_kv);
+    pkv_kv_head *heads = calloc((size_t)n_heads, sizeof *heads);
+    if (!heads) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for layer %d's %d heads", layer, n_heads);
+    free(L->heads);
+    L->heads = heads;
+    L->n_heads = n_heads;
+    return 0;
+}
+
+int pkv_kvcache_put_rows(pkv_kvcache *c, int layer, int head, int n_rows, const void *k, const void *v, const void *pos,
+                         pkv_error *err) {
+    pkv_kv_layer *L = &c->layers[layer];
+    pkv_kv_head *h = &L->heads[head];
+    if (h->n_rows) return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d head %d: rows are put into an empty head", layer, head);
+    if (resize_head(c, L, h, n_rows + 16, err)) return -1; /* 16 spare rows, as a copy has */
+    memcpy(h->k, k, (size_t)n_rows * L->head_dim_k * c->elem_bytes);
+    memcpy(h->v, v, (size_t)n_rows * L->head_dim_v * c->elem_bytes);
+    memcpy(h->pos, pos, (size_t)n_rows * sizeof *h->pos); /* a little-endian host (docs/engine.md §1) */
+    h->n_rows = n_rows;
+    return 0;
+}
+
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err) {
     pkv_kv_layer *L = &c->layers[layer];
     for (int hi = 0; hi < L->n_heads; hi++) {
@@ -188,11 +218,15 @@ void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, cons
                         const int32_t *pos, int n) {
     pkv_kv_layer *L = &c->layers[layer];
     int dk = L->head_dim_k, dv = L->head_dim_v;
+    /* a layer split per query head (pkv_kvcache_split_heads) holds group heads
+     * per KV head: each gets its KV head's new row */
+    int group = L->n_heads / L->n_heads_kv;
     for (int hi = 0; hi < L->n_heads; hi++) {
         pkv_kv_head *h = &L->heads[hi];
+        int src = hi / group;
         for (int t = 0; t < n; t++) {
-            const float *ks = k + ((int64_t)t * L->n_heads + hi) * dk;
-            const float *vs = v + ((int64_t)t * L->n_heads + hi) * dv;
+            const float *ks = k + ((int64_t)t * L->n_heads_kv + src) * dk;
+            const float *vs = v + ((int64_t)t * L->n_heads_kv + src) * dv;
             int row = h->n_rows + t;
             if (c->type == PKV_CACHE_F32) {
                 memcpy((float *)h->k + (int64_t)row * dk, ks, (size_t)dk * sizeof(float));

@@ -54,12 +54,21 @@ void pkv_kvcache_clear(pkv_kvcache *c);
 /* dst becomes a deep copy of src (same model); dst's rows are freed first. */
 int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
 
+/* Loading a saved cache (kvfile.c), on a cleared cache: the layer gets
+ * n_heads heads (the model's KV heads, or its query heads after a
+ * per-query-head press), then each head its rows, copied from k, v and pos
+ * (n_rows rows of each, any alignment; positions little-endian int32). */
+int pkv_kvcache_set_n_heads(pkv_kvcache *c, int layer, int n_heads, pkv_error *err);
+int pkv_kvcache_put_rows(pkv_kvcache *c, int layer, int head, int n_rows, const void *k, const void *v, const void *pos,
+                         pkv_error *err);
+
 /* Make room for n more rows in every head of the layer. */
 int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
 
-/* Append n rows to every head of a layer: k/v are [n, n_heads, head_dim]
- * floats (token-major, as projections produce them). Converts to the cache
- * type. Requires a prior reserve. */
+/* Append n rows to every head of a layer: k/v are [n, n_heads_kv, head_dim]
+ * floats (token-major, as projections produce them); a head of a layer split
+ * per query head gets its KV head's row. Converts to the cache type.
+ * Requires a prior reserve. */
 void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, const float *k,
                         const float *v, const int32_t *pos, int n);
 

@@ -56,6 +56,52 @@ int pkv_request_tokenize(const pkv_model *m, const pkv_request *req, pkv_request
     return 0;
 }
 
+/* ---------------------------------------------------------------- a prompt after a stored state */
+
+int pkv_request_tokenize_continuation(const pkv_model *m, const pkv_request *req, const int32_t *state, int n_state,
+                                      pkv_request_prompt *out, pkv_error *err) {
+    pkv_error_clear(err);
+    memset(out, 0, sizeof *out);
+    if (n_state < 1) return pkv_fail(err, PKV_ERR_ARG, "request: the state to continue holds no tokens");
+    pkv_prompt_tokens whole = {0};
+    int from; /* where the continuation starts in `whole` */
+    if (req->tokens) {
+        if (token_prompt(m, req, &whole, err)) return -1;
+        from = 0;
+    } else {
+        /* Rendered as the template renders the whole prompt: the state holds
+         * [0, context_end) of it. Without a text of its own, a one-letter
+         * stand-in context keeps a trimming template (Gemma, Llama 3) from
+         * trimming the question's start, as it would not in the whole prompt;
+         * segments are tokenized one by one, so the stand-in touches no other
+         * token. */
+        pkv_prompt_parts parts = req->prompt;
+        bool own_text = parts.context && parts.context[0];
+        if (parts.messages) return pkv_fail(err, PKV_ERR_ARG, "request: a prompt after a stored state is a context "
+                                                              "and a question, not a conversation");
+        if (!own_text) parts.context = "x";
+        if (pkv_prompt_tokenize(m, &parts, &whole, err)) return -1;
+        from = own_text ? whole.context_begin : whole.context_end;
+    }
+    int n_rest = whole.n_tokens - from;
+    pkv_prompt_tokens *t = &out->prompt;
+    t->tokens = malloc((size_t)(n_state + n_rest) * sizeof *t->tokens);
+    if (!t->tokens) {
+        pkv_prompt_tokens_free(&whole);
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
+    }
+    memcpy(t->tokens, state, (size_t)n_state * sizeof *state);
+    if (n_rest) memcpy(t->tokens + n_state, whole.tokens + from, (size_t)n_rest * sizeof *state);
+    t->n_tokens = n_state + n_rest;
+    int shift = n_state - from;
+    t->context_begin = n_state;
+    t->context_end = (whole.context_end > from ? whole.context_end : from) + shift;
+    t->question_end = (req->tokens ? whole.n_tokens : whole.question_end) + shift;
+    out->n_compressed = n_state;
+    pkv_prompt_tokens_free(&whole);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the press of a request */
 
 /* The request's press with the protected system prompt added (a shallow copy:
@@ -121,15 +167,23 @@ int pkv_request_prefill_rest(pkv_session *s, const pkv_request_prompt *p, pkv_re
 
 int pkv_request_run(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
                     pkv_request_stats *stats, pkv_error *err) {
+    return pkv_request_run_from(s, req, prompt, NULL, stats, err);
+}
+
+int pkv_request_run_from(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session *from, pkv_request_stats *stats, pkv_error *err) {
     pkv_request_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
     pkv_request_prompt own = {0};
+    if (from && (!prompt || prompt->n_compressed != pkv_session_n_pos(from)))
+        return pkv_fail(err, PKV_ERR_ARG, "request: a prompt starting from a state of %d tokens must say so "
+                                          "(pkv_request_tokenize_continuation)", pkv_session_n_pos(from));
     if (!prompt) {
         if (pkv_request_tokenize(pkv_session_model(s), req, &own, err)) return -1;
         prompt = &own;
     }
-    int rc = pkv_request_prefill_compressed(s, req, prompt, NULL, stats, err);
+    int rc = pkv_request_prefill_compressed(s, req, prompt, from, stats, err);
     if (rc == 0) rc = pkv_request_prefill_rest(s, prompt, stats, err);
     if (rc == 0) {
         stats->prefilled = true;

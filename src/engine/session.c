@@ -112,6 +112,7 @@ void pkv_session_free(pkv_session *s) {
     }
     pkv_arena_free(&s->arena);
     free(s->logits);
+    free(s->tokens);
     free(s);
 }
 
@@ -160,6 +161,27 @@ static void fill_cache_stats(const pkv_session *s, int n_pos, pkv_prefill_stats 
     stats->cache_bytes_full = full;
 }
 
+/* Records tokens as the next n of the sequence (s->tokens[n_pos, n_pos + n));
+ * they count once the forward pass has advanced n_pos over them. */
+static int remember_tokens(pkv_session *s, const int32_t *tokens, int n, pkv_error *err) {
+    int need = s->n_pos + n;
+    if (need > s->tokens_cap) {
+        int cap = s->tokens_cap + s->tokens_cap / 2 + 64;
+        if (cap < need) cap = need;
+        int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
+        if (!t) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory recording %d tokens", need);
+        s->tokens = t;
+        s->tokens_cap = cap;
+    }
+    memcpy(s->tokens + s->n_pos, tokens, (size_t)n * sizeof *tokens);
+    return 0;
+}
+
+const int32_t *pkv_session_tokens(const pkv_session *s, int *n) {
+    if (n) *n = s->n_pos;
+    return s->tokens;
+}
+
 /* A press compresses the first prefill of a session, and every later one in
  * recompress mode; otherwise later turns are appended uncompressed, as the
  * official SnapKV code does (docs/presses.md D.5). */
@@ -181,6 +203,7 @@ int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, con
     pkv_error_clear(err);
     if (check_context(s, n, err)) return -1;
     if (press && pkv_press_cfg_check(press, err)) return -1;
+    if (remember_tokens(s, tokens, n, err)) return -1;
     double t0 = pkv_now_seconds();
     int pos0 = s->n_pos;
     pkv_compress_stats fs;
@@ -255,6 +278,8 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
     double t0 = pkv_now_seconds();
     dst->broken = true;
     if (pkv_kvcache_copy(&dst->cache, &src->cache, err)) return -1;
+    dst->n_pos = 0;
+    if (src->n_pos && remember_tokens(dst, src->tokens, src->n_pos, err)) return -1;
     dst->n_pos = src->n_pos;
     memcpy(dst->logits, src->logits, (size_t)src->model->hp.n_vocab * sizeof(float));
     dst->probes_ok = false;
@@ -314,7 +339,7 @@ int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *ou
 
 int pkv_decode(pkv_session *s, int32_t token, pkv_error *err) {
     pkv_error_clear(err);
-    if (check_context(s, 1, err)) return -1;
+    if (check_context(s, 1, err) || remember_tokens(s, &token, 1, err)) return -1;
     s->probes_ok = false;
     return pkv_forward(s, &token, 1, NULL, NULL, NULL, NULL, NULL, err);
 }
@@ -332,7 +357,7 @@ static void eval_row(void *user, int index, const float *logits) {
 int pkv_eval(pkv_session *s, const int32_t *tokens, int n, pkv_logits_fn fn, void *user, pkv_error *err) {
     pkv_error_clear(err);
     if (!fn) return pkv_fail(err, PKV_ERR_ARG, "pkv_eval needs a logits callback");
-    if (check_context(s, n, err)) return -1;
+    if (check_context(s, n, err) || remember_tokens(s, tokens, n, err)) return -1;
     eval_ctx e = {fn, user};
     return pkv_forward(s, tokens, n, NULL, NULL, eval_row, &e, NULL, err);
 }

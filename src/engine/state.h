@@ -64,6 +64,8 @@ struct pkv_session {
     pkv_compute comp;
     pkv_kvcache cache;
     int n_pos;        /* logical length: next token's position */
+    int32_t *tokens;  /* [n_pos] the tokens read so far, what a saved cache records (docs/cache-file.md) */
+    int tokens_cap;
     float *logits;    /* [n_vocab], last token */
     pkv_work work;
     pkv_arena arena;  /* per-layer press scratch */

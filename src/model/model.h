@@ -6,6 +6,7 @@
 #ifndef PKV_MODEL_H
 #define PKV_MODEL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -71,6 +72,7 @@ struct pkv_model {
     const pkv_kernels *kern;
     uint64_t n_params;
     uint64_t weight_bytes;
+    _Atomic uint64_t fingerprint; /* pkv_model_fingerprint once computed; 0 before */
 };
 
 /* The RoPE a session of n_ctx positions applies to full and to sliding

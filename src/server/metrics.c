@@ -51,10 +51,11 @@ static double rate(double tokens, double seconds) { return seconds > 0 ? tokens 
 char *srv_metrics_text(const srv_metrics *m) {
     text t = {malloc(4096), 0, 4096, false};
     if (!t.buf) return NULL;
-    static const char *const ENDPOINTS[] = {"completions", "chat_completions"};
+    static const char *const ENDPOINTS[] = {"completions", "chat_completions", "contexts"};
     static const char *const CLASSES[] = {"2xx", "400", "413", "429", "503", "other"};
-    metric(&t, "promptkv_requests_total", "counter", "Completion requests answered, by endpoint and status.");
-    for (int e = 0; e < 2; e++)
+    metric(&t, "promptkv_requests_total", "counter",
+           "Completion and context requests answered, by endpoint and status.");
+    for (int e = 0; e < 3; e++)
         for (int c = 0; c < 6; c++)
             put(&t, "promptkv_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", ENDPOINTS[e], CLASSES[c],
                 (unsigned long long)m->requests_total[e][c]);
@@ -94,6 +95,25 @@ char *srv_metrics_text(const srv_metrics *m) {
     put(&t, "promptkv_requests_rejected_total{reason=\"queue_full\"} %llu\n", (unsigned long long)m->rejected_queue_full);
     put(&t, "promptkv_requests_rejected_total{reason=\"queue_timeout\"} %llu\n", (unsigned long long)m->queue_timeouts);
     put(&t, "promptkv_requests_rejected_total{reason=\"shutting_down\"} %llu\n", (unsigned long long)m->rejected_draining);
+    const srv_store_stats *st = &m->store;
+    metric_u64(&t, "promptkv_contexts", "gauge", "Stored contexts.", st->count);
+    metric_u64(&t, "promptkv_context_bytes", "gauge", "Memory the stored contexts hold (--ctx-mem counts it).",
+               st->mem_used);
+    metric_u64(&t, "promptkv_context_bytes_limit", "gauge", "Memory the stored contexts may hold (--ctx-mem).",
+               st->mem_limit);
+    metric(&t, "promptkv_contexts_total", "counter", "Stored contexts by what happened to them.");
+    put(&t, "promptkv_contexts_total{event=\"created\"} %llu\n", (unsigned long long)st->created);
+    put(&t, "promptkv_contexts_total{event=\"reloaded\"} %llu\n", (unsigned long long)st->reloaded);
+    put(&t, "promptkv_contexts_total{event=\"deleted\"} %llu\n", (unsigned long long)st->deleted);
+    put(&t, "promptkv_contexts_total{event=\"evicted\"} %llu\n", (unsigned long long)st->evicted);
+    put(&t, "promptkv_contexts_total{event=\"refused_too_large\"} %llu\n",
+        (unsigned long long)st->refused_too_large);
+    metric(&t, "promptkv_context_requests_total", "counter",
+           "Requests that started from a stored context, by how: its context_id, or a prompt beginning with its tokens.");
+    put(&t, "promptkv_context_requests_total{by=\"id\"} %llu\n", (unsigned long long)st->requests_by_id);
+    put(&t, "promptkv_context_requests_total{by=\"prefix\"} %llu\n", (unsigned long long)st->requests_by_prefix);
+    metric_u64(&t, "promptkv_context_tokens_reused_total", "counter",
+               "Prompt tokens taken from stored contexts instead of prefilled.", st->tokens_reused);
     if (t.oom) {
         free(t.buf);
         return NULL;

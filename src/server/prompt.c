@@ -47,6 +47,12 @@ static int build_press(const press_choice *pc, srv_prepared *p, srv_error *e) {
     if (pkv_press_cfg_check(p->press, &err)) return srv_bad(e, "invalid_value", "kv_compression", "%s", err.msg);
     p->compress = pkv_press_cfg_compresses(p->press);
     pkv_press_cfg_describe(p->press, p->press_desc, sizeof p->press_desc);
+    /* the press as configured, every option as given: what a stored context records */
+    size_t n = (size_t)snprintf(p->press_text, sizeof p->press_text, "%s", pc->name ? pc->name : "none");
+    for (int i = 0; i < pc->n && n < sizeof p->press_text; i++)
+        n += (size_t)snprintf(p->press_text + n, sizeof p->press_text - n, " %s=%s", pc->keys[i], pc->values[i]);
+    for (char *c = p->press_text; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' '; /* a saved cache's text has no control characters */
     return 0;
 }
 
@@ -196,5 +202,181 @@ int srv_prepare(const pkv_model *m, const srv_limits *lim, const srv_request *r,
     }
     p->cache_bytes_max = est.bytes_peak;
     p->row_bytes = est.row_bytes;
+    return 0;
+}
+
+/* ------------------------------------------------------------ stored contexts */
+
+const char *const SRV_CONTEXT_PRESS = "tova";
+const char *const SRV_CONTEXT_PRESS_KEYS[] = {"ratio"};
+const char *const SRV_CONTEXT_PRESS_VALUES[] = {"0.5"};
+
+/* The most cache bytes a token can add after a stored context: a row in
+ * every head of every layer, a layer split per query head counted at the
+ * query heads. */
+static uint64_t bytes_per_token_max(const pkv_model *m, int elem_bytes) {
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    uint64_t row = pkv_model_kv_bytes_per_token(m, elem_bytes) / ((uint64_t)info.n_layer * info.n_head_kv) +
+                   sizeof(int32_t);
+    return (uint64_t)info.n_layer * info.n_head * row;
+}
+
+int srv_prepare_context(const pkv_model *m, const srv_limits *lim, const srv_request *r, srv_prepared *p,
+                        srv_error *e) {
+    memset(p, 0, sizeof *p);
+    p->store = true;
+    p->chat = r->messages != NULL;
+    press_choice pc = {SRV_CONTEXT_PRESS, SRV_CONTEXT_PRESS_KEYS, SRV_CONTEXT_PRESS_VALUES, SRV_CONTEXT_PRESS_OPTS,
+                       false, false};
+    const char *keys[SRV_MAX_PRESS_OPTS], *values[SRV_MAX_PRESS_OPTS];
+    if (r->has_press) {
+        for (int i = 0; i < r->n_press_opts; i++) {
+            keys[i] = r->press_opts[i].key;
+            values[i] = r->press_opts[i].value;
+        }
+        pc = (press_choice){r->press, keys, values, r->n_press_opts, true, r->protect_system};
+    }
+    pkv_request_init(&p->req);
+    pkv_prompt_parts *parts = &p->req.prompt;
+    parts->parse_special = true;
+    if (p->chat) {
+        /* [system,] user: the user's text is the context a question is later appended to (kvpress's protocol) */
+        int n = r->n_messages, first = n == 2 && !strcmp(r->messages[0].role, "system") ? 1 : 0;
+        if (n - first != 1 || strcmp(r->messages[first].role, "user") != 0) {
+            srv_prepared_free(p);
+            return srv_bad(e, "invalid_value", "messages",
+                           "a context's messages are a user message, after at most one system message: later "
+                           "requests append their question to the user's text");
+        }
+        parts->chat = true;
+        parts->system = first ? r->messages[0].content : NULL;
+        parts->context = r->messages[first].content;
+        parts->question = "x"; /* a stand-in: a trimming template would otherwise trim the context's end */
+    } else {
+        parts->context = r->prompt;
+    }
+    p->req.mode = PKV_MODE_QUERY_AGNOSTIC; /* the press sees [0, context_end) */
+    p->req.protect_system = pc.protect_system && p->chat && parts->system;
+    if (pc.protect_system && !p->req.protect_system) {
+        srv_prepared_free(p);
+        return srv_bad(e, "invalid_value", "kv_compression.protect_system", "protect_system needs a system message");
+    }
+    pkv_error err;
+    if (pkv_request_tokenize(m, &p->req, &p->prompt, &err)) {
+        srv_prepared_free(p);
+        return err.code == PKV_ERR_NOMEM ? no_memory(e) : srv_bad(e, "invalid_value", p->chat ? "messages" : "text",
+                                                                  "%s", err.msg);
+    }
+    int n = p->prompt.n_compressed;
+    if (n < 1 || n >= lim->n_ctx) {
+        srv_prepared_free(p);
+        return srv_bad(e, n < 1 ? "invalid_value" : "context_length_exceeded", p->chat ? "messages" : "text",
+                       "the context has %d tokens; this server's context is %d tokens (the context, a question and "
+                       "its answer)", n, lim->n_ctx);
+    }
+    if (build_press(&pc, p, e)) {
+        srv_prepared_free(p);
+        return -1;
+    }
+    p->req.press = p->press;
+    p->req.max_tokens = 0;
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.cache_type = lim->elem_bytes == 4 ? PKV_CACHE_F32 : PKV_CACHE_F16;
+    so.n_batch = lim->n_batch;
+    pkv_cache_estimate est;
+    /* the estimate of the prompt pressed whole: the compressed part only */
+    pkv_request_prompt head = p->prompt;
+    head.prompt.n_tokens = n;
+    if (pkv_request_estimate(m, &p->req, &head, &so, &est, &err)) {
+        srv_prepared_free(p);
+        return err.code == PKV_ERR_NOMEM ? no_memory(e) : srv_fail(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    }
+    p->cache_bytes_max = est.bytes_peak;
+    p->row_bytes = est.row_bytes;
+    p->store_bytes_min = (uint64_t)est.rows_kept * est.row_bytes;
+    return 0;
+}
+
+static int none_press(srv_prepared *p, srv_error *e) {
+    press_choice none = {"none", NULL, NULL, 0, false, false};
+    if (build_press(&none, p, e)) return -1;
+    p->req.press = p->press;
+    p->req.mode = PKV_MODE_QUERY_AWARE;
+    p->req.protect_system = false;
+    return 0;
+}
+
+int srv_prepare_continuation(const pkv_model *m, const srv_limits *lim, const srv_request *r, const int32_t *state,
+                             int n_state, bool chat, uint64_t state_bytes, const char *press_desc, srv_prepared *p,
+                             srv_error *e) {
+    memset(p, 0, sizeof *p);
+    bool is_chat = r->endpoint == SRV_CHAT;
+    if (chat != is_chat)
+        return srv_bad(e, "invalid_value", "context_id",
+                       "this context was made from %s: it continues %s requests", chat ? "messages" : "a text",
+                       chat ? "chat completion" : "completion");
+    if (r->has_press)
+        return srv_bad(e, "invalid_value", "kv_compression",
+                       "the context is compressed already (%s): a request naming it takes no kv_compression", press_desc);
+    if (is_chat && (r->n_messages != 1 || strcmp(r->messages[0].role, "user") != 0))
+        return srv_bad(e, "invalid_value", "messages",
+                       "with context_id, 'messages' is one user message: the question appended to the context's "
+                       "user text");
+    p->chat = is_chat;
+    pkv_request_init(&p->req);
+    pkv_prompt_parts *parts = &p->req.prompt;
+    parts->parse_special = true;
+    parts->chat = is_chat;
+    if (is_chat) {
+        parts->question = r->messages[0].content;
+    } else if (r->prompt_ids) {
+        p->req.tokens = r->prompt_ids;
+        p->req.n_tokens = r->n_prompt_ids;
+    } else {
+        parts->question = r->prompt;
+    }
+    pkv_error err;
+    if (pkv_request_tokenize_continuation(m, &p->req, state, n_state, &p->prompt, &err)) {
+        int rc = err.code == PKV_ERR_NOMEM ? no_memory(e)
+                                           : srv_bad(e, "invalid_value", is_chat ? "messages" : "prompt", "%s", err.msg);
+        srv_prepared_free(p);
+        return rc;
+    }
+    if (check_lengths(lim, r, p, e) || none_press(p, e)) {
+        srv_prepared_free(p);
+        return -1;
+    }
+    snprintf(p->press_desc, sizeof p->press_desc, "%s", press_desc);
+    sampling_params(r, &p->req.sampling);
+    p->req.stop = (const char *const *)r->stop;
+    p->req.n_stop = r->n_stop;
+    p->n_from = n_state;
+    uint64_t after = (uint64_t)(p->prompt.prompt.n_tokens - n_state) + (uint64_t)p->req.max_tokens;
+    p->cache_bytes_max = state_bytes + after * bytes_per_token_max(m, lim->elem_bytes);
+    pkv_model_info info;
+    pkv_model_get_info(m, &info);
+    p->row_bytes = bytes_per_token_max(m, lim->elem_bytes) / ((uint64_t)info.n_layer * info.n_head);
+    return 0;
+}
+
+int srv_prepared_reuse(const pkv_model *m, const srv_limits *lim, srv_prepared *p, int n_state, uint64_t state_bytes,
+                       const char *press_desc) {
+    pkv_error err;
+    pkv_press_cfg *none = pkv_press_cfg_new("none", &err);
+    if (!none) return -1; /* out of memory: the request runs as it came, with its own press */
+    pkv_press_cfg_free(p->press);
+    p->press = none;
+    p->req.press = none;
+    p->req.mode = PKV_MODE_QUERY_AWARE;
+    p->req.protect_system = false;
+    p->compress = false;
+    p->prompt.n_compressed = n_state;
+    p->prompt.n_protected = 0;
+    p->n_from = n_state;
+    snprintf(p->press_desc, sizeof p->press_desc, "%s", press_desc);
+    uint64_t after = (uint64_t)(p->prompt.prompt.n_tokens - n_state) + (uint64_t)p->req.max_tokens;
+    p->cache_bytes_max = state_bytes + after * bytes_per_token_max(m, lim->elem_bytes);
     return 0;
 }

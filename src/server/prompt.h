@@ -36,12 +36,46 @@ typedef struct {
     pkv_press_cfg *press;       /* owned, req.press; never NULL ("none" when not compressing) */
     bool compress;              /* the press is not "none" */
     char press_desc[160];
+    char press_text[512];       /* the press and every option given ("tova ratio=0.5") */
     uint64_t cache_bytes_max;   /* the engine's estimate of the most KV cache the request can reach */
     uint64_t row_bytes;         /* one cache row of one head: key, value, position */
+    bool store;                 /* POST /v1/contexts: prefill and press the context, generate nothing */
+    bool chat;                  /* a chat prompt (a context made of messages, a chat request) */
+    int n_from;                 /* tokens taken from a stored context (0: none) */
+    uint64_t store_bytes_min;   /* a context request: the least its stored cache will hold (full layers' rows) */
 } srv_prepared;
 
 int srv_prepare(const pkv_model *model, const srv_limits *lim, const srv_request *req, srv_prepared *out,
                 srv_error *e);
+
+/* The press of a context without kv_compression: query-agnostic by nature
+ * (the context is pressed before any question exists), TOVA at ratio 0.5,
+ * the strongest press with the question excluded in docs/results.md. */
+extern const char *const SRV_CONTEXT_PRESS;
+extern const char *const SRV_CONTEXT_PRESS_KEYS[];
+extern const char *const SRV_CONTEXT_PRESS_VALUES[];
+enum { SRV_CONTEXT_PRESS_OPTS = 1 };
+
+/* POST /v1/contexts: the context's tokens (a text with BOS, or the chat
+ * template's head, a system message and the user's text, up to where a
+ * question would follow) pressed whole; store is set, nothing is generated. */
+int srv_prepare_context(const pkv_model *model, const srv_limits *lim, const srv_request *req, srv_prepared *out,
+                        srv_error *e);
+
+/* A completion or chat request naming a stored context of n_state tokens
+ * (state; made for chat or not, holding state_bytes of cache, pressed with
+ * press_desc): the request's prompt appended to them, no press run again. A
+ * chat request is one user message, the question. */
+int srv_prepare_continuation(const pkv_model *model, const srv_limits *lim, const srv_request *req,
+                             const int32_t *state, int n_state, bool chat, uint64_t state_bytes, const char *press_desc,
+                             srv_prepared *out, srv_error *e);
+
+/* A prepared request whose prompt begins with a stored context's n_state
+ * tokens starts from that context instead (automatic reuse): the press is
+ * not run, the rest of the prompt is fed after the context. -1 (out of
+ * memory): p is unchanged. */
+int srv_prepared_reuse(const pkv_model *model, const srv_limits *lim, srv_prepared *p, int n_state,
+                       uint64_t state_bytes, const char *press_desc);
 void srv_prepared_free(srv_prepared *p);
 
 #endif

@@ -393,8 +393,37 @@ static int parse_kv_compression(const json_t *obj, srv_request *r, srv_error *e)
 
 /* ------------------------------------------------------------ the request */
 
+/* POST /v1/contexts: "text" or "messages", and kv_compression. */
+static int parse_context(const json_t *obj, srv_request *r, srv_error *e) {
+    json_t *text = field(obj, "text"), *msgs = field(obj, "messages");
+    if (!text == !msgs)
+        return srv_bad(e, text ? "invalid_value" : "missing_field", text ? "messages" : "text",
+                       "a context is made of exactly one of 'text' (a document) or 'messages' (a system and a user "
+                       "message)");
+    if (text) {
+        if (!json_is_string(text)) return wrong_type(e, "text", "a string", text);
+        r->prompt_len = json_string_length(text);
+        if (r->prompt_len == 0) return srv_bad(e, "invalid_value", "text", "'text' is empty");
+        if (!(r->prompt = dup_n(json_string_value(text), r->prompt_len))) return no_memory(e);
+    } else if (parse_messages(obj, r, e)) {
+        return -1;
+    }
+    return parse_kv_compression(obj, r, e);
+}
+
 static int parse_object(const json_t *obj, srv_endpoint ep, srv_request *r, srv_error *e) {
+    if (ep == SRV_CONTEXT) return parse_context(obj, r, e);
     if (refuse_unsupported(obj, e)) return -1;
+    json_t *cid = field(obj, "context_id");
+    if (cid) {
+        if (!json_is_string(cid)) return wrong_type(e, "context_id", "a string", cid);
+        if (json_string_length(cid) == 0 || json_string_length(cid) >= sizeof r->context_id)
+            return srv_bad(e, "invalid_value", "context_id", "'context_id' must be an id the server gave (ctx-...)");
+        for (const char *c = json_string_value(cid); *c; c++)
+            if (*c < 0x21 || *c > 0x7e)
+                return srv_bad(e, "invalid_value", "context_id", "'context_id' must be an id the server gave (ctx-...)");
+        snprintf(r->context_id, sizeof r->context_id, "%s", json_string_value(cid));
+    }
     json_t *model = field(obj, "model");
     if (model && !json_is_string(model)) return wrong_type(e, "model", "a string", model);
     if (ep == SRV_COMPLETION ? parse_prompt(obj, r, e) : parse_messages(obj, r, e)) return -1;

@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { SRV_COMPLETION = 0, SRV_CHAT } srv_endpoint;
+/* SRV_CONTEXT: POST /v1/contexts (text or messages, kv_compression) */
+typedef enum { SRV_COMPLETION = 0, SRV_CHAT, SRV_CONTEXT } srv_endpoint;
 
 /* The body of {"error": {...}}. */
 typedef struct {
@@ -41,12 +42,12 @@ typedef struct {
 
 typedef struct {
     srv_endpoint endpoint;
-    /* completion: text, or token ids */
+    /* completion: text, or token ids; a context: its text */
     char *prompt;
     size_t prompt_len;
     int32_t *prompt_ids;
     int n_prompt_ids;
-    /* chat */
+    /* chat, or a context made of messages */
     srv_message *messages;
     int n_messages;
 
@@ -65,6 +66,9 @@ typedef struct {
     srv_press_opt press_opts[SRV_MAX_PRESS_OPTS];
     int n_press_opts;
     bool protect_system;
+
+    /* context_id: the request continues a stored context (docs/server.md "Stored contexts") */
+    char context_id[64];
 } srv_request;
 
 /* Parses body[0, len). On error fills e and returns -1; req is then freed.

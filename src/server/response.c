@@ -50,11 +50,19 @@ char *srv_error_body(const srv_error *e) { return dump(error_object(e)); }
 char *srv_error_event(const srv_error *e) { return sse(dump(error_object(e))); }
 
 static json_t *usage_object(const srv_usage *u) {
-    return json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s}", "prompt_tokens", u->prompt_tokens,
-                     "completion_tokens", u->completion_tokens, "total_tokens",
-                     u->prompt_tokens + u->completion_tokens, "kv_cache_rows", (json_int_t)u->kv_rows,
-                     "kv_cache_rows_full", (json_int_t)u->kv_rows_full, "kv_cache_bytes", (json_int_t)u->kv_bytes,
-                     "kv_cache_bytes_full", (json_int_t)u->kv_bytes_full, "kv_press", u->press ? u->press : "none");
+    const char *press = u->press ? u->press : "none";
+    json_t *obj = json_pack("{s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:o}", "prompt_tokens", u->prompt_tokens,
+                            "completion_tokens", u->completion_tokens, "total_tokens",
+                            u->prompt_tokens + u->completion_tokens, "kv_cache_rows", (json_int_t)u->kv_rows,
+                            "kv_cache_rows_full", (json_int_t)u->kv_rows_full, "kv_cache_bytes", (json_int_t)u->kv_bytes,
+                            "kv_cache_bytes_full", (json_int_t)u->kv_bytes_full, "kv_press",
+                            srv_json_text(press, strlen(press)));
+    if (obj && u->context_tokens > 0) {
+        /* the prompt started from a stored context (docs/server.md "Stored contexts") */
+        json_object_set_new(obj, "kv_context_id", json_string(u->context_id));
+        json_object_set_new(obj, "kv_context_tokens", json_integer(u->context_tokens));
+    }
+    return obj;
 }
 
 static json_t *envelope(const srv_resp_meta *m, const char *object, json_t *choices) {

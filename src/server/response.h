@@ -24,6 +24,8 @@ typedef struct {
     int64_t kv_rows, kv_rows_full;     /* cache rows after the prompt, all layers and heads; without compression */
     int64_t kv_bytes, kv_bytes_full;   /* the same in bytes */
     const char *press;                 /* "snapkv budget=64 window=8", "none" */
+    int context_tokens;                /* prompt tokens taken from a stored context (0: none) */
+    char context_id[40];               /* its id */
 } srv_usage;
 
 char *srv_error_body(const srv_error *e);

@@ -39,8 +39,10 @@ srv_job *srv_job_new(srv_request *req, srv_prepared *in) {
     return job;
 }
 
-static void job_unref_locked(srv_job *job) {
+static void job_unref_locked(srv_sched *sc, srv_job *job) {
     if (--job->refs > 0) return;
+    srv_store_release(sc->opts.store, job->from);
+    srv_store_release(sc->opts.store, job->made);
     free(job->out.text);
     srv_request_free(&job->req);
     srv_prepared_free(&job->in);
@@ -50,7 +52,7 @@ static void job_unref_locked(srv_job *job) {
 
 void srv_job_release(srv_sched *sc, srv_job *job) {
     pthread_mutex_lock(&sc->mu);
-    job_unref_locked(job);
+    job_unref_locked(sc, job);
     pthread_mutex_unlock(&sc->mu);
 }
 
@@ -63,7 +65,7 @@ static void queue_remove_locked(srv_sched *sc, srv_job *job) {
         for (int k = i; k + 1 < sc->q_len; k++)
             sc->queue[(sc->q_head + k) % cap] = sc->queue[(sc->q_head + k + 1) % cap];
         sc->q_len--;
-        job_unref_locked(job); /* the queue's reference */
+        job_unref_locked(sc, job); /* the queue's reference */
         return;
     }
 }
@@ -101,6 +103,14 @@ int srv_submit(srv_sched *sc, srv_job *job, srv_error *e) {
     }
     pthread_mutex_unlock(&sc->mu);
     return rc;
+}
+
+srv_context *srv_job_take_made(srv_sched *sc, srv_job *job) {
+    pthread_mutex_lock(&sc->mu);
+    srv_context *c = job->made;
+    job->made = NULL;
+    pthread_mutex_unlock(&sc->mu);
+    return c;
 }
 
 void srv_job_cancel(srv_sched *sc, srv_job *job) {
@@ -305,9 +315,45 @@ static const char *finish_reason(pkv_finish f) {
     }
 }
 
+/* A context request: the context prefilled and pressed, then copied into
+ * the store (persisted there); nothing is generated. */
+static void run_store_job(srv_slot *slot, srv_job *job) {
+    srv_sched *sc = slot->sc;
+    double t0 = pkv_now_seconds();
+    pkv_request_stats st = {0};
+    pkv_error err;
+    if (pkv_request_prefill_compressed(slot->session, &job->in.req, &job->in.prompt, NULL, &st, &err)) {
+        if (err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
+        return;
+    }
+    double seconds = pkv_now_seconds() - t0;
+    srv_context *made = NULL;
+    srv_error e;
+    int rc = srv_store_add(sc->opts.store, slot->session, job->in.chat, job->in.press_text, seconds, sc->opts.session,
+                           &made, &e);
+    pthread_mutex_lock(&sc->mu);
+    job->prefill_seconds = seconds;
+    sc->m.prompt_tokens += (uint64_t)job->in.prompt.n_compressed;
+    sc->m.prefill_seconds += seconds;
+    if (job->in.compress) sc->m.compressed_requests++;
+    if (rc) {
+        job->failed = true;
+        job->error = e;
+    } else {
+        job->made = made;
+        job->finish_reason = "stop";
+        if (job->in.compress) sc->m.compression_saved_bytes += made->bytes_full - made->bytes;
+    }
+    pthread_mutex_unlock(&sc->mu);
+}
+
 /* The request, run by the engine: usage recorded once the prompt is read,
  * the text streamed to the job, the outcome recorded. */
 static void run_job(srv_slot *slot, srv_job *job) {
+    if (job->in.store) {
+        run_store_job(slot, job);
+        return;
+    }
     publisher pb = {slot, job, pkv_now_seconds()};
     pkv_request req = job->in.req;
     req.on_prefilled = publish_prefilled;
@@ -315,7 +361,8 @@ static void run_job(srv_slot *slot, srv_job *job) {
     req.user = &pb;
     pkv_request_stats st = {0};
     pkv_error err;
-    int rc = pkv_request_run(slot->session, &req, &job->in.prompt, &st, &err);
+    int rc = pkv_request_run_from(slot->session, &req, &job->in.prompt, job->from ? job->from->session : NULL, &st,
+                                  &err);
     if (rc && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
     if (!st.prefilled) return;
     srv_sched *sc = slot->sc;
@@ -371,7 +418,7 @@ static void *slot_main(void *arg) {
         slot->cache_bytes = slot->saved_bytes = 0;
         sc->mem_reserved -= job->in.cache_bytes_max;
         job_done_locked(job);
-        job_unref_locked(job);
+        job_unref_locked(sc, job);
         pthread_cond_broadcast(&sc->work_cv); /* memory was returned */
     }
     pthread_mutex_unlock(&sc->mu);
@@ -484,7 +531,8 @@ static int status_class(int status) {
 
 void srv_sched_count_response(srv_sched *sc, int endpoint, int status) {
     pthread_mutex_lock(&sc->mu);
-    if (endpoint == SRV_COMPLETION || endpoint == SRV_CHAT) sc->m.requests_total[endpoint][status_class(status)]++;
+    if (endpoint == SRV_COMPLETION || endpoint == SRV_CHAT || endpoint == SRV_CONTEXT)
+        sc->m.requests_total[endpoint][status_class(status)]++;
     else sc->m.other_requests++;
     pthread_mutex_unlock(&sc->mu);
 }
@@ -502,4 +550,5 @@ void srv_sched_metrics(srv_sched *sc, srv_metrics *out) {
         out->cache_bytes_saved += sc->slots[i].saved_bytes;
     }
     pthread_mutex_unlock(&sc->mu);
+    if (sc->opts.store) srv_store_get_stats(sc->opts.store, &out->store);
 }

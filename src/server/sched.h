@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "base/clock.h"
+#include "contexts.h"
 #include "prompt.h"
 #include "promptkv.h"
 #include "request.h"
@@ -45,6 +46,11 @@ typedef struct srv_job {
     pthread_cond_t cv;    /* news for the connection: text, usage or the end */
     int refs;             /* the connection's and the scheduler's */
     char press_desc[160];
+    /* stored contexts: the one the request starts from (a reference, set
+     * before submit), the one a context request made (a reference, set by
+     * the slot) */
+    srv_context *from;
+    srv_context *made;
 } srv_job;
 
 typedef struct {
@@ -54,11 +60,12 @@ typedef struct {
     uint64_t mem_limit;        /* bytes of KV cache all running requests may reserve */
     int queue_cap;             /* requests waiting for a slot */
     double queue_timeout;      /* seconds a request may wait */
+    srv_store *store;          /* the context store: where context requests put what they make */
 } srv_sched_opts;
 
 /* Counters and gauges for /metrics. */
 typedef struct {
-    uint64_t requests_total[2][6]; /* [endpoint][status class: 2xx, 400, 413, 429, 503, other] */
+    uint64_t requests_total[3][6]; /* [endpoint: completions, chat, contexts][status class: 2xx, 400, 413, 429, 503, other] */
     uint64_t prompt_tokens, completion_tokens, decoded_tokens;
     double prefill_seconds, decode_seconds;
     uint64_t compressed_requests, compression_saved_bytes;
@@ -67,6 +74,7 @@ typedef struct {
     uint64_t other_requests;
     int queue_length, slots_busy, n_slots;
     uint64_t cache_bytes_in_use, cache_bytes_saved, mem_reserved, mem_limit;
+    srv_store_stats store;
 } srv_metrics;
 
 typedef struct srv_slot srv_slot;
@@ -118,6 +126,9 @@ typedef struct {
  * (the job is cancelled). */
 int srv_job_next(srv_sched *sc, srv_job *job, bool (*client_gone)(void *user), void *user, srv_news *news);
 void srv_news_free(srv_news *n);
+
+/* The context a finished context request made (the reference passes to the caller), or NULL. */
+srv_context *srv_job_take_made(srv_sched *sc, srv_job *job);
 
 /* Cancels a job wherever it is (queued: removed; running: its slot is
  * interrupted). */

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conn.h"
+#include "contexts.h"
 #include "gate.h"
 #include "metrics.h"
 #include "prompt.h"
@@ -44,53 +46,13 @@ void pkv_server_opts_default(pkv_server_opts *o) {
     o->default_max_tokens = 16; /* OpenAI's default for completions */
     o->drain_timeout = 60.0;
     o->log_requests = true;
+    o->ctx_mem = (uint64_t)1 << 30;
 }
 
-typedef struct {
-    const pkv_server_opts *opts;
-    pkv_model *model;
-    srv_sched sc;
-    srv_limits lim;
-    char model_id[256];
-    long long created;
-    struct MHD_Daemon *daemon;
-    srv_gate *gate;
-    int port;        /* the one bound */
-    pthread_mutex_t mu;
-    int active;      /* completion requests not yet finished (guarded by mu) */
-    bool draining;   /* guarded by mu */
-} server;
-
-enum { ROUTE_OTHER = -1 };
-
-/* One HTTP request (MHD's per-request context). */
-typedef struct {
-    server *srv;
-    struct MHD_Connection *conn;
-    int fd;
-    int endpoint;          /* SRV_COMPLETION, SRV_CHAT or ROUTE_OTHER */
-    char method[8];
-    char *url;
-    double t_start;
-    char *body;
-    size_t len, cap;
-    bool responded;        /* a response is queued */
-    int status;
-    bool counted_active;
-    srv_job *job;
-    /* streaming */
-    srv_resp_meta meta;
-    char id[48];
-    bool include_usage, role_sent, stream_over;
-    char *pending;         /* events formatted, not yet handed to MHD */
-    size_t pending_len, pending_off;
-    int prompt_tokens, completion_tokens;
-    char press_desc[160];
-} request;
 
 /* ------------------------------------------------------------ small helpers */
 
-static bool is_draining(server *srv) {
+bool is_draining(server *srv) {
     pthread_mutex_lock(&srv->mu);
     bool d = srv->draining;
     pthread_mutex_unlock(&srv->mu);
@@ -98,7 +60,7 @@ static bool is_draining(server *srv) {
 }
 
 /* The peer closed its side (or the socket failed): nobody will read the answer. */
-static bool client_gone(void *user) {
+bool client_gone(void *user) {
     request *r = user;
     if (r->fd < 0) return false;
     struct pollfd p = {.fd = r->fd, .events = POLLRDHUP};
@@ -127,7 +89,8 @@ static enum MHD_Result queue_text(request *r, int status, const char *content_ty
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     if (is_draining(r->srv)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (status == 405)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->endpoint == ROUTE_OTHER ? "GET" : "POST");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                                r->allow ? r->allow : r->endpoint == ROUTE_OTHER ? "GET" : "POST");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->responded = true;
@@ -136,16 +99,16 @@ static enum MHD_Result queue_text(request *r, int status, const char *content_ty
     return rc;
 }
 
-static enum MHD_Result queue_json(request *r, int status, char *json) {
+enum MHD_Result queue_json(request *r, int status, char *json) {
     if (!json) return queue_text(r, 500, "application/json",
                                  "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
                                  "\"param\":null,\"code\":null}}", false);
     return queue_text(r, status, "application/json", json, true);
 }
 
-static enum MHD_Result queue_error(request *r, const srv_error *e) { return queue_json(r, e->status, srv_error_body(e)); }
+enum MHD_Result queue_error(request *r, const srv_error *e) { return queue_json(r, e->status, srv_error_body(e)); }
 
-static enum MHD_Result queue_fail(request *r, int status, const char *type, const char *code, const char *fmt,
+enum MHD_Result queue_fail(request *r, int status, const char *type, const char *code, const char *fmt,
                                   const char *arg) {
     srv_error e;
     srv_fail(&e, status, type, code, NULL, fmt, arg);
@@ -317,16 +280,56 @@ static enum MHD_Result post_completion(request *r) {
     if (srv_request_parse(r->body ? r->body : "", r->len, (srv_endpoint)r->endpoint, &req, &e))
         return queue_error(r, &e);
     srv_prepared prep;
-    if (srv_prepare(srv->model, &srv->lim, &req, &prep, &e)) {
-        srv_request_free(&req);
-        return queue_error(r, &e);
+    srv_context *from = NULL;
+    if (req.context_id[0]) {
+        /* a stored context named: its cache, then the request's prompt (docs/server.md "Stored contexts") */
+        from = srv_store_get(&srv->store, req.context_id);
+        if (!from) {
+            srv_fail(&e, 404, "invalid_request_error", "context_not_found", "context_id", "no stored context '%s'",
+                     req.context_id);
+            srv_request_free(&req);
+            return queue_error(r, &e);
+        }
+        int n_state;
+        const int32_t *state = pkv_session_tokens(from->session, &n_state);
+        if (srv_prepare_continuation(srv->model, &srv->lim, &req, state, n_state, from->chat, from->bytes, from->press,
+                                     &prep, &e)) {
+            srv_store_release(&srv->store, from);
+            srv_request_free(&req);
+            return queue_error(r, &e);
+        }
+    } else {
+        if (srv_prepare(srv->model, &srv->lim, &req, &prep, &e)) {
+            srv_request_free(&req);
+            return queue_error(r, &e);
+        }
+        /* automatic reuse: a prompt that begins with a stored context's tokens starts from it, unless the
+         * request asks for a press of its own */
+        if (!req.has_press) {
+            from = srv_store_find_prefix(&srv->store, prep.prompt.prompt.tokens, prep.prompt.prompt.n_tokens,
+                                         req.endpoint == SRV_CHAT);
+            if (from && srv_prepared_reuse(srv->model, &srv->lim, &prep, from->n_tokens, from->bytes, from->press)) {
+                srv_store_release(&srv->store, from);
+                from = NULL;
+            }
+        }
     }
     bool stream = req.stream;
     r->include_usage = req.include_usage;
     r->prompt_tokens = prep.prompt.prompt.n_tokens;
     snprintf(r->press_desc, sizeof r->press_desc, "%s", prep.press_desc);
+    bool by_prefix = !req.context_id[0];
     r->job = srv_job_new(&req, &prep);
-    if (!r->job) return queue_json(r, 500, NULL);
+    if (!r->job) {
+        srv_store_release(&srv->store, from);
+        return queue_json(r, 500, NULL);
+    }
+    if (from) {
+        r->job->from = from; /* released with the job */
+        r->job->usage.context_tokens = from->n_tokens;
+        snprintf(r->job->usage.context_id, sizeof r->job->usage.context_id, "%s", from->id);
+        srv_store_count_use(&srv->store, by_prefix, from->n_tokens);
+    }
     if (srv_submit(&srv->sc, r->job, &e)) return queue_error(r, &e);
 
     random_id(r->id, sizeof r->id, r->endpoint == SRV_CHAT ? "chatcmpl-" : "cmpl-");
@@ -343,12 +346,14 @@ static enum MHD_Result post_completion(request *r) {
 static int route_endpoint(const char *url) {
     if (!strcmp(url, "/v1/completions")) return SRV_COMPLETION;
     if (!strcmp(url, "/v1/chat/completions")) return SRV_CHAT;
+    if (!strcmp(url, "/v1/contexts") || !strncmp(url, "/v1/contexts/", 13)) return SRV_CONTEXT;
     return ROUTE_OTHER;
 }
 
 static enum MHD_Result dispatch(request *r) {
     const char *url = r->url, *method = r->method;
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (r->endpoint == SRV_CONTEXT) return srv_contexts_route(r);
     if (r->endpoint != ROUTE_OTHER) {
         if (strcmp(method, "POST") != 0)
             return queue_fail(r, 405, "invalid_request_error", "method_not_allowed", "%s needs POST", url);
@@ -618,6 +623,7 @@ static int start_slots(server *srv, pkv_error *err) {
         .mem_limit = o->kv_mem,
         .queue_cap = o->queue_cap,
         .queue_timeout = o->queue_timeout,
+        .store = &srv->store,
     };
     pkv_session_opts_default(&so.session);
     so.session.n_ctx = o->n_ctx;
@@ -652,7 +658,17 @@ int pkv_server_run(pkv_model *model, const pkv_server_opts *opts, pkv_error *err
     pthread_sigmask(SIG_BLOCK, &blocked, &old);
 
     int rc = -1;
+    srv_store_init(&srv.store, opts->ctx_mem, opts->ctx_dir);
     if (start_slots(&srv, err)) goto out;
+    if (opts->ctx_dir) {
+        pkv_model_fingerprint(model); /* read the model file once now, not in the first request that saves */
+        int n = srv_store_reload(&srv.store, model, &srv.sc.opts.session, err);
+        if (n < 0) {
+            srv_sched_stop(&srv.sc);
+            goto out;
+        }
+        fprintf(stderr, "promptkv serve: --ctx-dir %s: %d stored contexts reloaded\n", opts->ctx_dir, n);
+    }
     if (start_http(&srv, err)) {
         srv_sched_stop(&srv.sc);
         goto out;
@@ -673,6 +689,7 @@ int pkv_server_run(pkv_model *model, const pkv_server_opts *opts, pkv_error *err
     fprintf(stderr, "promptkv serve: stopped\n");
     rc = 0;
 out:
+    srv_store_free(&srv.store);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_destroy(&srv.mu);
     return rc;

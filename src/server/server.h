@@ -10,7 +10,7 @@
 
 #include "promptkv.h"
 
-typedef struct {
+typedef struct pkv_server_opts {
     const char *host;          /* address to bind, e.g. 127.0.0.1 */
     int port;                  /* 0: any free port (printed) */
     const char *model_id;      /* the name /v1/models lists */
@@ -36,6 +36,9 @@ typedef struct {
     const char *const *press_values;
     int n_press_opts;
     bool protect_system;
+    /* stored contexts (docs/server.md "Stored contexts") */
+    uint64_t ctx_mem;          /* bytes all stored contexts may hold */
+    const char *ctx_dir;       /* NULL: not persisted; else saved there and reloaded at start */
 } pkv_server_opts;
 
 void pkv_server_opts_default(pkv_server_opts *opts);

@@ -8,7 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "text/chat.h"
+#include "promptkv.h"
+#include "text/chat_style.h"
 
 typedef struct {
     char *buf;
