@@ -13,8 +13,9 @@ number" sentence inserted at a depth, and a question asking for it), this script
      pipeline does with its context), reads which positions kvpress left in each layer's cache, then feeds
      the template's tail at the original positions and answers greedily (kvpress's generate_answer);
   3. prints, per press, the Jaccard similarity of the kept sets per (layer, KV head) (mean and min over
-     all heads of all prompts), how often the two greedy answers are the same tokens, and how many answers
-     of each side contain the needle's number.
+     all heads of all prompts), where the positions kept by one side only lie in kvpress's own ranking
+     (their distance from its top-k boundary), how often the two greedy answers are the same tokens, and
+     how many answers of each side contain the needle's number.
 
 Matched settings (docs/evaluation.md §0.3 and §7): the engine's --ratio is kvpress's compression_ratio
 (both keep int(L * (1 - r)) rows per head, L = the pressed tokens); SnapKV-family presses use kvpress's
