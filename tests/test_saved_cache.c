@@ -15,6 +15,7 @@
 #include "base/crc64.h"
 #include "cache/kvfile.h"
 #include "promptkv.h"
+#include "press_fixtures.h"
 #include "test.h"
 
 #define TINY_LLAMA FIXTURE("models/tiny-llama-f32.gguf")
@@ -44,17 +45,6 @@ TEST(crc64_xz_check_value) {
 static char *temp_path(char *buf, size_t n, const char *tag) {
     snprintf(buf, n, "/tmp/pkv-saved-%s-%d.pkvc", tag, (int)getpid());
     return buf;
-}
-
-static pkv_press_cfg *press_of(const char *name, const char *const *kv, int n_kv) {
-    pkv_error err;
-    pkv_press_cfg *c = pkv_press_cfg_new(name, &err);
-    for (int i = 0; c && i < n_kv; i++)
-        if (pkv_press_cfg_set(c, kv[2 * i], kv[2 * i + 1], &err)) {
-            pkv_press_cfg_free(c);
-            return NULL;
-        }
-    return c;
 }
 
 static void prompt_tokens(int32_t *t, int n, int n_vocab) {
@@ -99,8 +89,7 @@ static void check_same_decode(pkv_session *a, pkv_session *b, int n_vocab, int n
 /* Prefill n tokens with the press, save, load into a fresh session, then
  * the same continuation (a prefill of 5 more tokens and greedy decoding)
  * on both. */
-static void roundtrip(const char *model_path, pkv_cache_type type, const char *press, const char *const *kv, int n_kv,
-                      int n) {
+static void roundtrip(const char *model_path, pkv_cache_type type, const char *press, const char *const *kv, int n) {
     pkv_error err;
     pkv_model *m = pkv_model_load(model_path, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
@@ -110,7 +99,7 @@ static void roundtrip(const char *model_path, pkv_cache_type type, const char *p
     so.cache_type = type;
     so.n_ctx = 256;
     pkv_session *a = pkv_session_new(m, &so, &err), *b = pkv_session_new(m, &so, &err);
-    pkv_press_cfg *cfg = press_of(press, kv, n_kv);
+    pkv_press_cfg *cfg = test_press_cfg(press, kv);
     REQUIRE(a && b && cfg);
     int n_vocab = pkv_n_vocab(m);
     int32_t toks[200];
@@ -138,27 +127,27 @@ static void roundtrip(const char *model_path, pkv_cache_type type, const char *p
     pkv_model_free(m);
 }
 
-TEST(saved_cache_roundtrip_full_cache) { roundtrip(TINY_LLAMA, PKV_CACHE_F16, "none", NULL, 0, 60); }
+TEST(saved_cache_roundtrip_full_cache) { roundtrip(TINY_LLAMA, PKV_CACHE_F16, "none", NULL, 60); }
 
 TEST(saved_cache_roundtrip_snapkv) {
-    const char *kv[] = {"budget", "24", "window", "4"};
-    roundtrip(TINY_LLAMA, PKV_CACHE_F16, "snapkv", kv, 2, 90);
-    roundtrip(TINY_QWEN, PKV_CACHE_F32, "snapkv", kv, 2, 90);
+    const char *kv[] = {"budget", "24", "window", "4", NULL};
+    roundtrip(TINY_LLAMA, PKV_CACHE_F16, "snapkv", kv, 90);
+    roundtrip(TINY_QWEN, PKV_CACHE_F32, "snapkv", kv, 90);
 }
 
 /* Per query head: the full layers hold the query heads (4, not 2) */
 TEST(saved_cache_roundtrip_query_heads_and_adakv) {
-    const char *kv[] = {"budget", "24", "window", "4", "granularity", "query_head"};
-    roundtrip(TINY_LLAMA, PKV_CACHE_F16, "snapkv", kv, 3, 90);
-    const char *ada[] = {"budget", "24", "window", "4", "head_budget", "adaptive"};
-    roundtrip(TINY_LLAMA, PKV_CACHE_F32, "snapkv", ada, 3, 90);
+    const char *kv[] = {"budget", "24", "window", "4", "granularity", "query_head", NULL};
+    roundtrip(TINY_LLAMA, PKV_CACHE_F16, "snapkv", kv, 90);
+    const char *ada[] = {"budget", "24", "window", "4", "head_budget", "adaptive", NULL};
+    roundtrip(TINY_LLAMA, PKV_CACHE_F32, "snapkv", ada, 90);
 }
 
 /* Gemma 3: five sliding-window layers (window 16) and one full layer */
 TEST(saved_cache_roundtrip_sliding_window) {
-    const char *kv[] = {"budget", "20", "window", "4"};
-    roundtrip(TINY_GEMMA, PKV_CACHE_F16, "snapkv", kv, 2, 100);
-    roundtrip(TINY_GEMMA, PKV_CACHE_F16, "none", NULL, 0, 40);
+    const char *kv[] = {"budget", "20", "window", "4", NULL};
+    roundtrip(TINY_GEMMA, PKV_CACHE_F16, "snapkv", kv, 100);
+    roundtrip(TINY_GEMMA, PKV_CACHE_F16, "none", NULL, 40);
 }
 
 /* A saved file of the tiny Llama (with a press), its bytes and the model. */
@@ -179,8 +168,8 @@ static bool make_saved(saved_file *sf, int n) {
     so.n_threads = 1;
     so.n_ctx = 256;
     pkv_session *s = pkv_session_new(sf->m, &so, &err);
-    const char *kv[] = {"budget", "12", "window", "4"};
-    pkv_press_cfg *cfg = press_of("snapkv", kv, 2);
+    const char *kv[] = {"budget", "12", "window", "4", NULL};
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", kv);
     int32_t toks[100];
     prompt_tokens(toks, n, pkv_n_vocab(sf->m));
     bool ok = s && cfg && pkv_prefill(s, toks, n, cfg, NULL, &err) == 0;
@@ -431,8 +420,8 @@ TEST(real_qwen_saved_cache_continues_as_live) {
     doc[1500] = '\0';
     pkv_request req;
     pkv_request_init(&req);
-    const char *kv[] = {"budget", "64", "window", "8", "mode", "query_agnostic"};
-    pkv_press_cfg *cfg = press_of("snapkv", kv, 3);
+    const char *kv[] = {"budget", "64", "window", "8", "mode", "query_agnostic", NULL};
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", kv);
     REQUIRE(cfg);
     req.prompt = (pkv_prompt_parts){.context = doc, .question = "\nQuestion: what is this text about? Answer:",
                                     .chat = true};
