@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "format/gguf.h"
+#include "mem_gguf.h"
 #include "test.h"
 #include "text/chat.h"
 
@@ -294,27 +295,6 @@ TEST(chat_detect_markers) {
                                     "%}<|start_of_role|>";
     CHECK_EQ_INT(pkv_chat_detect_text(granite33, strlen(granite33), &st), PKV_CHAT_NONE);
     CHECK(strstr(st.unknown, "a granite template with its own default system prompt") == st.unknown);
-}
-
-typedef struct {
-    uint8_t *data;
-    size_t size;
-    gguf_file file;
-} mem_gguf;
-
-static bool open_written(gguf_writer *w, mem_gguf *m) {
-    pkv_error err = {0};
-    memset(m, 0, sizeof *m);
-    bool ok = gguf_writer_to_memory(w, &m->data, &m->size, &err) == 0 &&
-              gguf_open_memory(&m->file, m->data, m->size, "mem.gguf", &err) == 0;
-    if (!ok) printf("    %s\n", err.msg);
-    gguf_writer_free(w);
-    return ok;
-}
-
-static void close_written(mem_gguf *m) {
-    gguf_close(&m->file);
-    free(m->data);
 }
 
 static bool gguf_with_template(const char *tmpl, mem_gguf *m) {

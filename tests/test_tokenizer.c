@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem_gguf.h"
 #include "test.h"
 #include "text/chat.h"
 #include "text/tok_bpe.h"
@@ -774,28 +775,6 @@ TEST(tok_bpe_long_text) {
 }
 
 /* ---------------------------------------------------------------- loading from GGUF */
-
-typedef struct {
-    uint8_t *data;
-    size_t size;
-    gguf_file file;
-} mem_gguf;
-
-/* Writes w to memory and opens it; frees w. */
-static bool open_written(gguf_writer *w, mem_gguf *m) {
-    pkv_error err = {0};
-    memset(m, 0, sizeof *m);
-    bool ok = gguf_writer_to_memory(w, &m->data, &m->size, &err) == 0 &&
-              gguf_open_memory(&m->file, m->data, m->size, "mem.gguf", &err) == 0;
-    if (!ok) printf("    %s\n", err.msg);
-    gguf_writer_free(w);
-    return ok;
-}
-
-static void close_written(mem_gguf *m) {
-    gguf_close(&m->file);
-    free(m->data);
-}
 
 static const char *const k_small_tokens[] = {"<unk>", "<s>", "</s>", "a", "b"};
 
