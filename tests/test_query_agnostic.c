@@ -126,6 +126,54 @@ TEST(qa_copy_equals_direct) {
     pkv_model_free(m);
 }
 
+/* One source pressed by KVzip at several budgets (the eval's ratios): the
+ * copies reuse the source's passes and keep what a live prefill keeps at
+ * each; a new prompt in the source, or other pass options, run new passes. */
+TEST(qa_kvzip_memo_across_budgets) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY_QWEN, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_session *src = session(m, true), *live = session(m, false), *copy = session(m, false);
+    REQUIRE(src && live && copy);
+    const char *ratio[] = {"0.25", "0.5", "0.75", "0.5", "0.5", "0.5"};
+    const char *chunk[] = {"32", "32", "32", "64", "32", "32"};
+    const char *sinks[] = {"4", "4", "4", "4", "2", "2"};
+    int32_t toks[90];
+    for (int i = 0; i < 6; i++) {
+        /* the last step changes the source's prompt under an unchanged press */
+        if (i == 0 || i == 5) prompt_tokens(toks, 90, pkv_n_vocab(m), i == 0 ? 5 : 6);
+        const char *o[] = {"ratio", ratio[i], "chunk_size", chunk[i], "n_sink", sinks[i], NULL};
+        pkv_press_cfg *cfg = test_press_cfg("kvzip", o);
+        REQUIRE(cfg);
+        pkv_request req;
+        pkv_request_init(&req);
+        req.tokens = toks;
+        req.n_tokens = 90;
+        req.press = cfg;
+        pkv_request_prompt rp;
+        REQUIRE(pkv_request_tokenize(m, &req, &rp, &err) == 0);
+        pkv_request unpressed = req;
+        unpressed.press = NULL;
+        pkv_request_stats st;
+        if (i == 0 || i == 5) {
+            pkv_session_reset(src);
+            REQUIRE_MSG(pkv_request_prefill_compressed(src, &unpressed, &rp, NULL, &st, &err) == 0, "%s", err.msg);
+        }
+        pkv_session_reset(live);
+        REQUIRE_MSG(pkv_request_prefill_compressed(live, &req, &rp, NULL, &st, &err) == 0, "%s", err.msg);
+        REQUIRE_MSG(pkv_request_prefill_compressed(copy, &req, &rp, src, &st, &err) == 0, "%s", err.msg);
+        CHECK_MSG(same_rows(live, copy), "step %d (ratio %s chunk %s n_sink %s): the copy keeps other rows", i,
+                  ratio[i], chunk[i], sinks[i]);
+        pkv_session_reset(copy);
+        pkv_request_prompt_free(&rp);
+        pkv_press_cfg_free(cfg);
+    }
+    pkv_session_free(src);
+    pkv_session_free(live);
+    pkv_session_free(copy);
+    pkv_model_free(m);
+}
+
 /* KVzip's budget: scope=global keeps the per-head budgets summed over all
  * layers and heads, shared unevenly; scope=layer keeps each layer's heads'
  * sum; the sinks stay in every head. The passes leave no row behind. */

@@ -246,6 +246,7 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     if (press && !press->ops) press = NULL;
     pkv_probe_cfg pc = pkv_probe_plan(press, probe_cfg);
     s->probes_ok = false;
+    s->probe_gen++;
 
     embed(s, tokens, n);
     /* from here on a failure leaves layers at different lengths: the session needs a reset */

@@ -81,14 +81,55 @@ static int drop_pass(pkv_session *s, int ctx_rows, const int32_t *identity, int 
     return 0;
 }
 
-static void free_scores(const pkv_session *s, pkv_recon_state *r) {
-    if (!r->scores) return;
-    for (int il = 0; il < s->model->hp.n_layer; il++) {
-        if (!r->scores[il]) continue;
-        for (int g = 0; g < s->model->hp.n_head_kv; g++) free(r->scores[il][g]);
-        free(r->scores[il]);
+static void free_scores(float ***scores, int n_layer, int n_head_kv) {
+    if (!scores) return;
+    for (int il = 0; il < n_layer; il++) {
+        if (!scores[il]) continue;
+        for (int g = 0; g < n_head_kv; g++) free(scores[il][g]);
+        free(scores[il]);
     }
-    free(r->scores);
+    free(scores);
+}
+
+/* ---------------------------------------------------------------- the memo */
+
+struct pkv_recon_memo {
+    float ***scores; /* NULL: empty */
+    int n_layer, n_head_kv;
+    uint64_t gen;    /* the source's probe_gen */
+    const pkv_press_ops *ops;
+    int n_sink, chunk_size, n, begin;
+    bool chat;
+};
+
+pkv_recon_memo *pkv_recon_memo_new(void) { return calloc(1, sizeof(pkv_recon_memo)); }
+
+static void memo_clear(pkv_recon_memo *m) {
+    free_scores(m->scores, m->n_layer, m->n_head_kv);
+    m->scores = NULL;
+}
+
+void pkv_recon_memo_free(pkv_recon_memo *memo) {
+    if (!memo) return;
+    memo_clear(memo);
+    free(memo);
+}
+
+static bool memo_fits(const pkv_recon_memo *m, uint64_t gen, const pkv_press_cfg *press, int n, int begin,
+                      bool chat) {
+    const pkv_press_recon_ops *ro = press->ops->recon;
+    return m->scores && m->gen == gen && m->ops == press->ops && m->n_sink == ro->n_sink(press->params) &&
+           m->chunk_size == ro->chunk_size(press->params) && m->n == n && m->begin == begin && m->chat == chat;
+}
+
+/* Hands the scores to the memo (which owns them from now on). */
+static void memo_keep(pkv_recon_memo *m, float ***scores, const pkv_hparams *hp, uint64_t gen,
+                      const pkv_press_cfg *press, int n, int begin, bool chat) {
+    const pkv_press_recon_ops *ro = press->ops->recon;
+    memo_clear(m);
+    *m = (pkv_recon_memo){.scores = scores, .n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .gen = gen,
+                          .ops = press->ops, .n_sink = ro->n_sink(press->params),
+                          .chunk_size = ro->chunk_size(press->params), .n = n, .begin = begin, .chat = chat};
 }
 
 int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool before_prefill, pkv_error *err) {
@@ -185,28 +226,33 @@ done:
     return rc;
 }
 
-int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t *tokens, int n, int begin,
-                    bool chat, const pkv_press_cfg *press, pkv_compress_stats *stats, pkv_error *err) {
+int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const pkv_recon_source *from,
+                    const int32_t *tokens, int n, int begin, bool chat, const pkv_press_cfg *press,
+                    pkv_compress_stats *stats, pkv_error *err) {
     double t0 = pkv_now_seconds();
     if (check_session(s, n, press, begin, err)) return -1;
     const pkv_hparams *hp = &s->model->hp;
     pkv_recon_state r = {.press = press, .ctx_rows = n};
-    int rc = -1, n_full = 0;
+    int rc = -1;
     const float *const **by_rank = NULL;
-    r.scores = calloc((size_t)hp->n_layer, sizeof *r.scores);
-    if (!r.scores) goto nomem;
-    for (int il = 0; il < hp->n_layer; il++) {
-        r.scores[il] = calloc((size_t)hp->n_head_kv, sizeof **r.scores);
-        if (!r.scores[il]) goto nomem;
-        for (int g = 0; g < hp->n_head_kv; g++)
-            if (!(r.scores[il][g] = calloc((size_t)n + 1, sizeof(float)))) goto nomem;
-        n_full++;
+    bool reused = from && from->memo && memo_fits(from->memo, from->gen, press, n, begin, chat);
+    if (reused) {
+        r.scores = from->memo->scores;
+    } else {
+        r.scores = calloc((size_t)hp->n_layer, sizeof *r.scores);
+        if (!r.scores) goto nomem;
+        for (int il = 0; il < hp->n_layer; il++) {
+            r.scores[il] = calloc((size_t)hp->n_head_kv, sizeof **r.scores);
+            if (!r.scores[il]) goto nomem;
+            for (int g = 0; g < hp->n_head_kv; g++)
+                if (!(r.scores[il][g] = calloc((size_t)n + 1, sizeof(float)))) goto nomem;
+        }
+        if (run_passes(s, tokens, n, begin, chat, &r, err)) goto done;
     }
-    if (run_passes(s, tokens, n, begin, chat, &r, err)) goto done;
     /* the press reads every pressed layer's scores, by rank */
-    by_rank = calloc((size_t)n_full, sizeof *by_rank);
+    by_rank = calloc((size_t)hp->n_layer, sizeof *by_rank);
     if (!by_rank) goto nomem;
-    for (int il = 0, k = 0; il < hp->n_layer; il++) by_rank[k++] = (const float *const *)r.scores[il];
+    for (int il = 0; il < hp->n_layer; il++) by_rank[il] = (const float *const *)r.scores[il];
     s->recon_scores = (const float *const *const *)by_rank;
     s->broken = true;
     pkv_compress_stats local = {0};
@@ -217,7 +263,12 @@ int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const int32_t
         stats->compressed = true;
         stats->rows_before += local.rows_before;
         stats->rows_after += local.rows_after;
-        stats->press_seconds += pkv_now_seconds() - t0; /* the passes are the press's cost */
+        /* the passes are the press's cost (none when the memo had them) */
+        stats->press_seconds += pkv_now_seconds() - t0;
+    }
+    if (!reused && from && from->memo) {
+        memo_keep(from->memo, r.scores, hp, from->gen, press, n, begin, chat);
+        r.scores = NULL;
     }
     rc = 0;
     goto done;
@@ -228,6 +279,6 @@ done:
     s->recon = NULL;
     free(by_rank);
     free(r.keys);
-    free_scores(s, &r);
+    if (!reused) free_scores(r.scores, hp->n_layer, hp->n_head_kv);
     return rc;
 }

@@ -49,7 +49,9 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
     s->work.inv_freq_local = calloc((size_t)hp->rope_local.n_rot / 2 + 1, sizeof(float));
     int *windows = calloc((size_t)hp->n_layer, sizeof(int));
     s->probes = calloc((size_t)hp->n_layer, sizeof *s->probes);
-    if (!s->pool || !s->logits || !s->work.inv_freq_global || !s->work.inv_freq_local || !windows || !s->probes) {
+    s->recon_memo = pkv_recon_memo_new();
+    if (!s->pool || !s->logits || !s->work.inv_freq_global || !s->work.inv_freq_local || !windows || !s->probes ||
+        !s->recon_memo) {
         free(windows);
         pkv_session_free(s);
         pkv_fail(err, PKV_ERR_NOMEM, "out of memory creating a session");
@@ -110,6 +112,7 @@ void pkv_session_free(pkv_session *s) {
         }
         free(s->probes);
     }
+    pkv_recon_memo_free(s->recon_memo);
     pkv_arena_free(&s->arena);
     free(s->logits);
     free(s->tokens);
@@ -120,6 +123,7 @@ void pkv_session_reset(pkv_session *s) {
     pkv_kvcache_clear(&s->cache);
     s->n_pos = 0;
     s->probes_ok = false;
+    s->probe_gen++;
     s->broken = false;
     atomic_store(&s->interrupted, 0);
 }
@@ -218,7 +222,8 @@ int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, con
         if (pkv_recon_check(s, press, true, err)) return -1;
         if (pkv_forward(s, tokens, n, NULL, &keep, NULL, NULL, &fs, err)) return -1;
         s->probes_ok = false;
-        if (pkv_recon_press(s, s->probes, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs, err)) {
+        if (pkv_recon_press(s, s->probes, NULL, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs,
+                            err)) {
             s->broken = true; /* the prompt is in, unpressed: only a reset helps */
             return -1;
         }
@@ -286,8 +291,10 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
     pkv_compress_stats fs = {0};
     if (is_recon_press(press)) {
         dst->broken = false; /* the copy is whole: the passes run on it */
-        if (pkv_recon_press(dst, src->probes, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs,
-                            err)) {
+        /* src's memo: a second copy pressed at another budget reuses the passes */
+        pkv_recon_source from = {.probes = src->probes, .memo = src->recon_memo, .gen = src->probe_gen};
+        if (pkv_recon_press(dst, from.probes, &from, tokens, n, frame ? frame->begin : 0, frame && frame->chat,
+                            press, &fs, err)) {
             dst->broken = true;
             return -1;
         }

@@ -56,6 +56,7 @@ typedef struct {
 } pkv_layer_probe;
 
 typedef struct pkv_recon_state pkv_recon_state;
+typedef struct pkv_recon_memo pkv_recon_memo;
 
 struct pkv_session {
     pkv_model *model;
@@ -75,6 +76,12 @@ struct pkv_session {
      * once they are done the scores the press reads; NULL otherwise. */
     pkv_recon_state *recon;
     const float *const *const *recon_scores;
+    /* The reconstruction scores last computed from this session's probes,
+     * for copies of it pressed again (engine/reconstruct.h); probe_gen counts
+     * the calls that change the cache, so that a memo of an older cache is
+     * never read. */
+    pkv_recon_memo *recon_memo;
+    uint64_t probe_gen;
     uint64_t peak_mem;        /* most KV cache + activations bytes seen */
     bool broken;              /* a call failed midway; only a reset helps */
     atomic_int interrupted; /* set from a signal handler or another thread (lock-free) */
