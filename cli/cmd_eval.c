@@ -84,10 +84,23 @@ static void path_in(char *buf, size_t len, const char *dir, const char *name) {
     snprintf(buf, len, "%s/%s", dir, name);
 }
 
+/* The output directory and its missing parents (as mkdir -p). */
 static int make_dir(const char *dir) {
-    if (mkdir(dir, 0755) && errno != EEXIST) {
-        cli_error("eval", "%s: cannot create the output directory: %s", dir, strerror(errno));
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        cli_error("eval", "%s: the output directory's path is longer than %zu bytes", dir, sizeof path - 1);
         return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end) continue;
+        *p = '\0';
+        if (mkdir(path, 0755) && errno != EEXIST) {
+            cli_error("eval", "%s: cannot create the output directory %s: %s", dir, path, strerror(errno));
+            return -1;
+        }
+        if (end) break;
+        *p = '/';
     }
     return 0;
 }

@@ -56,7 +56,7 @@ bad_input ratio_press_not_run "ratio-presses: 'h2o' is not among the presses" -m
 "$bin" eval --list-tasks | grep -q 'niah_multikey_3' && ok list_tasks || bad list_tasks "no task list"
 
 # ---------------------------------------------------------------- 1. smoke
-out=$tmp/smoke
+out=$tmp/runs/smoke # a missing parent is created (as mkdir -p)
 "$bin" eval -m "$model" --tasks all --lengths 2048 --samples 1 --niah-lengths 512 --niah-depths 50 \
     --press snapkv,streamingllm --budgets 48,96 --window 16 --mode query_agnostic,query_aware \
     --agree-k 4 -t 1 -o "$out" > "$tmp/smoke.log" 2>&1
