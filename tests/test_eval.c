@@ -205,7 +205,7 @@ static int count_of(const char *hay, const char *needle) {
 }
 
 static int build(const char *task, int length, int sample, int units, int aux, double depth, pkv_eval_item *it) {
-    pkv_eval_spec spec = {pkv_eval_task_find(task), length, sample, depth, 7};
+    pkv_eval_spec spec = {pkv_eval_task_find(task), length, sample, depth, 7, 0};
     pkv_error err;
     int rc = pkv_eval_build(&spec, units, aux, it, &err);
     if (rc) fprintf(stdout, "    build %s: %s\n", task, err.msg);
@@ -539,7 +539,7 @@ TEST(eval_length_fitting) {
         pkv_eval_task_units(task, 2048, &u);
         int probe_units = 0;
         for (int sample = 0; sample < 3; sample++) {
-            pkv_eval_spec spec = {task, 2048, sample, 50, 0};
+            pkv_eval_spec spec = {task, 2048, sample, 50, 0, 0};
             pkv_eval_item it, more;
             pkv_error err;
             int tok;
@@ -576,12 +576,52 @@ TEST(eval_length_fitting) {
     /* too short for a task: a clear error */
     pkv_eval_fitter f;
     pkv_eval_fitter_init(&f, count_bytes, NULL);
-    pkv_eval_spec spec = {pkv_eval_task_find("vt"), 300, 0, 0, 0};
+    pkv_eval_spec spec = {pkv_eval_task_find("vt"), 300, 0, 0, 0, 0};
     pkv_eval_item it;
     pkv_error err;
     CHECK(pkv_eval_generate(&f, &spec, &it, NULL, &err) == -1);
     CHECK(strstr(err.msg, "vt") != NULL);
     pkv_eval_fitter_free(&f);
+}
+
+/* The multi-question tasks (docs/evaluation.md §2.5): every question of a
+ * sample is asked of the same context, fitted so that all of them fit; the
+ * questions, and their answers, differ; a question outside the task's count
+ * is refused. */
+TEST(eval_multi_question_items) {
+    const char *tasks[] = {"niah_multiquestion", "longeval_multiquestion"};
+    for (size_t t = 0; t < 2; t++) {
+        const pkv_eval_task *task = pkv_eval_task_find(tasks[t]);
+        REQUIRE(task && task->n_questions == 4);
+        pkv_eval_fitter f;
+        pkv_eval_fitter_init(&f, count_bytes, NULL);
+        for (int sample = 0; sample < 3; sample++) {
+            pkv_eval_item it[4];
+            pkv_error err;
+            for (int q = 0; q < 4; q++) {
+                pkv_eval_spec spec = {task, 2048, sample, -1, 0, q};
+                REQUIRE_MSG(pkv_eval_generate(&f, &spec, &it[q], NULL, &err) == 0, "%s: %s", tasks[t], err.msg);
+                CHECK(count_bytes(NULL, &it[q], NULL) + task->tokens_to_generate <= 2048);
+                CHECK_EQ_INT(it[q].n_gold, 1);
+                CHECK_EQ_INT(it[q].n_needles, 1);
+                check_spans(&it[q]);
+            }
+            for (int q = 1; q < 4; q++) {
+                CHECK_MSG(!strcmp(it[q].context, it[0].context), "%s sample %d: question %d has another context",
+                          tasks[t], sample, q);
+                for (int p = 0; p < q; p++) {
+                    CHECK(strcmp(it[q].question, it[p].question) != 0);
+                    CHECK(strcmp(it[q].gold[0], it[p].gold[0]) != 0);
+                }
+            }
+            for (int q = 0; q < 4; q++) pkv_eval_item_free(&it[q]);
+        }
+        pkv_eval_fitter_free(&f);
+        pkv_eval_spec bad = {task, 2048, 0, -1, 0, 4};
+        pkv_eval_item it;
+        pkv_error err;
+        CHECK(pkv_eval_build(&bad, 200, 0, &it, &err) == -1 && strstr(err.msg, "question 4"));
+    }
 }
 
 /* ---------------------------------------------------------------- scoring */

@@ -200,7 +200,7 @@ TEST(eval_copy_matches_prefill_with_press) {
 static void check_needle_positions(const char *path) {
     pkv_model *m = load(path);
     REQUIRE(m);
-    pkv_eval_spec spec = {pkv_eval_task_find("niah_multivalue"), 2048, 0, 0, 0};
+    pkv_eval_spec spec = {pkv_eval_task_find("niah_multivalue"), 2048, 0, 0, 0, 0};
     pkv_eval_item it;
     pkv_error err;
     REQUIRE(pkv_eval_build(&spec, 120, 0, &it, &err) == 0);
@@ -296,7 +296,7 @@ TEST(eval_run_item_metrics) {
     pkv_eval_runner_opts ro = {.n_threads = 1, .n_ctx = 1024, .keep_window = 8, .attn_sums = false, .agree_k = 6};
     pkv_eval_runner *r = pkv_eval_runner_new(m, &ro, &err);
     REQUIRE(r);
-    pkv_eval_spec spec = {pkv_eval_task_find("niah_single_1"), 1024, 0, 0, 3};
+    pkv_eval_spec spec = {pkv_eval_task_find("niah_single_1"), 1024, 0, 0, 3, 0};
     pkv_eval_item it;
     REQUIRE(pkv_eval_build(&spec, 6, 0, &it, &err) == 0);
     for (int mode = 0; mode < 2; mode++) {
@@ -496,6 +496,86 @@ TEST(eval_sweep_stop_and_resume) {
         pkv_json_free(j);
         p = nl + 1;
     }
+    free(a);
+    free(b);
+    pkv_key_set_free(&done);
+    unlink(straight);
+    unlink(resumed);
+    rmdir(dir);
+    for (int i = 0; i < 3; i++) pkv_eval_config_free(&cfg[i]);
+    pkv_model_free(m);
+}
+
+/* A multi-question task (docs/evaluation.md §2.5): the questions of one
+ * context share its query-agnostic prefill, and sharing changes no result:
+ * a run stopped inside a group and resumed (whose next question prefills
+ * afresh) writes the same lines as the straight run. */
+TEST(eval_sweep_multi_question_shares_prefill) {
+    pkv_model *m = load(TINY_LLAMA);
+    REQUIRE(m);
+    pkv_error err;
+    pkv_eval_config cfg[3];
+    const char *opts[] = {"window=8"};
+    REQUIRE(pkv_eval_config_init(&cfg[0], "none", "none", 0, 0, NULL, 0, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", "snapkv", 40, 0, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[2], "knorm", "knorm", 40, 0, opts, 1, &err) == 0);
+    const pkv_eval_task *tasks[] = {pkv_eval_task_find("longeval_multiquestion")};
+    int lengths[] = {1024};
+    double depths[] = {0};
+    pkv_eval_mode modes[] = {PKV_EVAL_QUERY_AGNOSTIC, PKV_EVAL_QUERY_AWARE};
+    pkv_eval_plan plan = {tasks, 1, lengths, 1, 2, lengths, 0, depths, 0, 0, modes, 2, cfg, 3, 5};
+    char dir[] = "/tmp/pkv-eval-mq-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    char straight[300], resumed[300];
+    snprintf(straight, sizeof straight, "%s/straight.jsonl", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.jsonl", dir);
+    volatile sig_atomic_t stop = 0;
+    pkv_eval_sweep_opts so = {.model = m,
+                              .runner = {.n_threads = 1, .n_ctx = 1100, .keep_window = 8, .agree_k = 4, .stop = &stop},
+                              .rows_path = straight,
+                              .rank = 0,
+                              .n_ranks = 1,
+                              .stop = &stop};
+    REQUIRE_MSG(pkv_eval_sweep(&plan, &so, &err) == 0, "%s", err.msg);
+    REQUIRE(pkv_jsonl_normalize(straight, &plan, &err) == 0);
+    char *whole = without_times(straight);
+    REQUIRE(whole);
+    int lines = 0;
+    for (char *p = whole; *p; p++) lines += *p == '\n';
+    CHECK_EQ_INT(lines, 2 * 4 * 2 * 3); /* samples x questions x modes x configs */
+    free(whole);
+    /* questions 1-3 of each sample, query-agnostic: 2 x 3 x 3 lines read the source question 0 left */
+    FILE *f = fopen(straight, "rb");
+    REQUIRE(f);
+    char line[1 << 14];
+    int shared = 0, shared_aware = 0;
+    while (fgets(line, sizeof line, f)) {
+        bool s = strstr(line, "\"prefill_shared\":true") != NULL;
+        shared += s;
+        shared_aware += s && strstr(line, "\"mode\":\"query_aware\"");
+        if (strstr(line, "/q0/")) CHECK_MSG(!s, "question 0 cannot share a prefill");
+    }
+    fclose(f);
+    CHECK_EQ_INT(shared, 2 * 3 * 3);
+    CHECK_EQ_INT(shared_aware, 0);
+
+    /* stopped after 7 lines: inside the first sample's query-agnostic questions */
+    stopper st = {7, &stop};
+    so.rows_path = resumed;
+    so.progress = stop_progress;
+    so.user = &st;
+    CHECK(pkv_eval_sweep(&plan, &so, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
+    stop = 0;
+    st.stop_after = 0;
+    pkv_key_set done = {0};
+    REQUIRE(pkv_jsonl_load_keys(resumed, &done, &err) == 0);
+    CHECK_EQ_INT(done.n, 7);
+    so.done = &done;
+    REQUIRE_MSG(pkv_eval_sweep(&plan, &so, &err) == 0, "%s", err.msg);
+    REQUIRE(pkv_jsonl_normalize(resumed, &plan, &err) == 0);
+    char *a = without_times(straight), *b = without_times(resumed);
+    REQUIRE(a && b);
+    CHECK_MSG(!strcmp(a, b), "the resumed run (fresh prefills) differs from the straight run (shared prefills)");
     free(a);
     free(b);
     pkv_key_set_free(&done);

@@ -213,7 +213,10 @@ NIAH = {
     "niah_multiquery": ("essay", "words", "numbers", 4, 1, 4),
     "niah_passkey_noise": ("noise", "words", "numbers", 1, 1, 1),
     "niah_passkey_essay": ("essay", "words", "numbers", 1, 1, 1),
+    "niah_multiquestion": ("essay", "words", "numbers", 4, 1, 1),
 }
+# the multi-question tasks (docs/evaluation.md §2.5): questions asked of one context, one per item
+MULTI_QUESTION = {"niah_multiquestion": 4, "longeval_multiquestion": 4}
 
 
 def singular(s):
@@ -222,7 +225,7 @@ def singular(s):
     return s
 
 
-def build_niah(name, rng, n, depth):
+def build_niah(name, rng, n, depth, asked=0):
     hay, kk, vk, nk, nv, nq = NIAH[name]
     nk = max(nk, nq)
     grid = depth is not None
@@ -297,7 +300,10 @@ def build_niah(name, rng, n, depth):
             else:
                 needle_text(*val, True)
     it.add("\n")
-    qidx = rng.distinct(nk, nq)
+    if name in MULTI_QUESTION:
+        qidx = [rng.distinct(nk, MULTI_QUESTION[name])[asked]]
+    else:
+        qidx = rng.distinct(nk, nq)
     queries = [keys[i] for i in qidx]
     q = ", ".join(queries[:-1]) + ", and " + queries[-1] if len(queries) > 1 else queries[0]
     it.question = question.replace("{t}", tname).replace("{q}", q)
@@ -407,7 +413,7 @@ def build_fwe(rng, n, length):
     return it
 
 
-def build_longeval(rng, n):
+def build_longeval(rng, n, task="longeval_lines", question=0):
     keys, values = [], []
     for _ in range(n):
         k = rand_text(rng, "words")
@@ -415,7 +421,7 @@ def build_longeval(rng, n):
             k = rand_text(rng, "words")
         keys.append(k)
         values.append(rng.range(10000, 99999))
-    target = rng.below(n)
+    target = rng.distinct(n, MULTI_QUESTION[task])[question] if task in MULTI_QUESTION else rng.below(n)
     it = Item()
     it.add("Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and "
            "contains a '<REGISTER_CONTENT>' at the end of the line as a numerical value. For each line index, "
@@ -455,19 +461,19 @@ def build_classic(sample, n, depth):
 GRID = {"niah_passkey_noise", "niah_passkey_essay", "niah_classic"}
 
 
-def build(task, length, sample, n, n_aux=0, depth=None, base=0):
+def build(task, length, sample, n, n_aux=0, depth=None, base=0, question=0):
     key = f"{task}:{depth:g}" if task in GRID else task
     rng = Rng(eval_seed(key, length, sample, base))
     if task in NIAH:
-        return build_niah(task, rng, n, depth if task in GRID else None)
+        return build_niah(task, rng, n, depth if task in GRID else None, question)
     if task == "vt":
         return build_vt(rng, n, n_aux, base)
     if task == "cwe":
         return build_cwe(rng, n, length)
     if task == "fwe":
         return build_fwe(rng, n, length)
-    if task == "longeval_lines":
-        return build_longeval(rng, n)
+    if task in ("longeval_lines", "longeval_multiquestion"):
+        return build_longeval(rng, n, task, question)
     if task == "niah_classic":
         return build_classic(sample, n, depth)
     raise ValueError(task)
@@ -497,13 +503,15 @@ CASES = [
     ("niah_passkey_essay", 1024, 1, 200, 0, 100.0),
     ("niah_classic", 2048, 0, 300, 0, 25.0),
     ("niah_classic", 2048, 1, 300, 0, 0.0),
-]
+] + [("niah_multiquestion", 2048, 1, 333, 0, None, q) for q in range(4)] \
+  + [("longeval_multiquestion", 1024, 2, 25, 0, None, q) for q in range(4)]
 
 
 def main():
     c_table = "--c" in sys.argv
-    for (task, length, sample, n, aux, depth) in CASES:
-        it = build(task, length, sample, n, aux, depth)
+    for case in CASES:
+        (task, length, sample, n, aux, depth), question = case[:6], (case[6] if len(case) > 6 else 0)
+        it = build(task, length, sample, n, aux, depth, question=question)
         full = (it.context + it.question + it.prefix).encode()
         h = fnv1a64(full)
         ctx_len = len(it.context.encode())
@@ -515,9 +523,9 @@ def main():
             gold = ", ".join('"%s"' % g for g in it.gold)
             sp = ", ".join(f"{{{b}, {e}}}" for b, e in spans)
             print(f'    {{"{task}", {length}, {sample}, {n}, {aux}, {d}, 0x{h:016x}ULL, {ctx_len}, {q_len}, {p_len},')
-            print(f'     {len(it.gold)}, {{{gold}}}, {len(spans)}, {{{sp}}}}},')
+            print(f'     {len(it.gold)}, {{{gold}}}, {len(spans)}, {{{sp}}}, {question}}},')
         else:
-            print(task, length, sample, n, aux, depth, f"{h:016x}", ctx_len, q_len, p_len, it.gold, spans)
+            print(task, length, sample, n, aux, depth, question, f"{h:016x}", ctx_len, q_len, p_len, it.gold, spans)
 
 
 if __name__ == "__main__":

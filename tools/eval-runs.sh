@@ -55,6 +55,12 @@ run() {
             --lengths 4096 --samples 5 --press none,snapkv,streamingllm,kvzip,expected_attention,keydiff \
             --budgets none --ratios 0.25,0.5,0.75,0.875 --window 64 --kernel 5 --pool avg \
             --mode query_agnostic -o out/$name "$@" ;;
+    multi-question) # several questions of one context, the question excluded (docs/evaluation.md §2.5)
+        "$bin" eval -m $q05 \
+            --tasks niah_multiquestion,longeval_multiquestion --lengths 4096 --samples 5 \
+            --press none,snapkv,streamingllm,tova,knorm,protokv,kvzip,keydiff,expected_attention \
+            --budgets none --ratios 0.25,0.5,0.75,0.875 --window 64 --kernel 5 --pool avg \
+            --mode query_agnostic -o out/$name "$@" ;;
     protokv-heldout-budgets) # ProtoKV against SnapKV at fixed budgets, held-out seed and tasks
         "$bin" eval -m $q05 --seed 0 \
             --tasks niah_single_1,niah_single_3,niah_multikey_2,niah_multikey_3,longeval_lines \

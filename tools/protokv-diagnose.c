@@ -398,7 +398,7 @@ static int run(const diag_args *a) {
             return 1;
         }
         for (int s = 0; s < a->samples; s++) {
-            pkv_eval_spec spec = {task, a->length, s, -1, a->seed};
+            pkv_eval_spec spec = {task, a->length, s, -1, a->seed, 0};
             pkv_eval_item item;
             pkv_prompt_tokens pt;
             int32_t *needle = NULL;

@@ -200,8 +200,21 @@ int pkv_eval_build_niah(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval
     }
     pkv_sbuf_puts(&b.context, "\n");
 
-    /* the queried keys and their values (the gold), in query order */
-    pkv_rng_distinct(rng, nk, t->n_queries, qidx);
+    /* the queried keys and their values (the gold), in query order; the
+     * multi-question task draws one key per question at once and asks
+     * this item's (docs/evaluation.md §2.5) */
+    if (t->n_questions > 1) {
+        int asked[PKV_EVAL_MAX_QUESTIONS];
+        if (t->n_queries != 1 || t->n_questions > nk) {
+            pkv_fail(err, PKV_ERR_INTERNAL, "%s: %d questions of one key each need as many keys", t->name,
+                     t->n_questions);
+            goto out;
+        }
+        pkv_rng_distinct(rng, nk, t->n_questions, asked);
+        qidx[0] = asked[spec->question];
+    } else {
+        pkv_rng_distinct(rng, nk, t->n_queries, qidx);
+    }
     pkv_sbuf query = {0};
     for (int i = 0; i < t->n_queries; i++) {
         if (i > 0) pkv_sbuf_puts(&query, i == t->n_queries - 1 ? ", and " : ", "); /* RULER: "k1, k2, and k3" */

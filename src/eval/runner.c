@@ -187,6 +187,10 @@ struct pkv_eval_runner {
     float *logp;      /* [n_vocab] scratch */
     double nll_full;
     pkv_eval_result full; /* the full cache's outcome of the current item and mode (prediction owned) */
+    /* what src holds: the tokens of its last prefill (n_src < 0: nothing
+     * known), so that the next question of one context reuses it */
+    int32_t *src_tokens;
+    int n_src, src_cap;
 };
 
 pkv_eval_runner *pkv_eval_runner_new(pkv_model *model, const pkv_eval_runner_opts *opts, pkv_error *err) {
@@ -198,6 +202,7 @@ pkv_eval_runner *pkv_eval_runner_new(pkv_model *model, const pkv_eval_runner_opt
     r->model = model;
     r->opts = *opts;
     r->n_vocab = pkv_n_vocab(model);
+    r->n_src = -1;
     pkv_session_opts so;
     pkv_session_opts_default(&so);
     so.n_threads = opts->n_threads;
@@ -229,6 +234,7 @@ void pkv_eval_runner_free(pkv_eval_runner *r) {
     free(r->full_logp);
     free(r->logp);
     free(r->full.prediction);
+    free(r->src_tokens);
     free(r);
 }
 
@@ -500,16 +506,33 @@ static bool stop_requested(const pkv_eval_runner *r) { return r->opts.stop && *r
 /* The shared prefill of an item in a mode: the part the mode compresses,
  * without a press, into the source every config copies. */
 static int prefill_source(pkv_eval_runner *r, const pkv_request *req, const item_tokens *t, double *seconds,
-                          pkv_error *err) {
+                          bool *shared, pkv_error *err) {
+    const int32_t *tok = t->rp.prompt.tokens;
+    int n = t->rp.n_compressed;
+    /* the source holds exactly this prefill already: a multi-question task's
+     * next question in query-agnostic mode (docs/evaluation.md §2.5); the
+     * configs only ever copy from it, so it is as the prefill left it */
+    *shared = r->n_src == n && !memcmp(r->src_tokens, tok, (size_t)n * sizeof *tok);
+    *seconds = 0;
+    if (*shared) return stop_requested(r) ? pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted") : 0;
+    r->n_src = -1;
     pkv_session_reset(r->src);
     /* the reset clears an interrupt that arrived before it */
     if (stop_requested(r)) return pkv_fail(err, PKV_ERR_INTERRUPTED, "interrupted");
     pkv_request unpressed = *req;
     unpressed.press = NULL;
     pkv_request_stats st = {0};
-    int rc = pkv_request_prefill_compressed(r->src, &unpressed, &t->rp, NULL, &st, err);
+    if (pkv_request_prefill_compressed(r->src, &unpressed, &t->rp, NULL, &st, err)) return -1;
     *seconds = st.press.prefill_seconds;
-    return rc;
+    if (n > r->src_cap) {
+        int32_t *p = realloc(r->src_tokens, (size_t)n * sizeof *p);
+        if (!p) return 0; /* nothing remembered: the next item prefills */
+        r->src_tokens = p;
+        r->src_cap = n;
+    }
+    memcpy(r->src_tokens, tok, (size_t)n * sizeof *tok);
+    r->n_src = n;
+    return 0;
 }
 
 /* A config that evicted nothing behaves exactly as the full cache: its
@@ -620,7 +643,8 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
         return -1;
     }
     double prefill_seconds = 0;
-    int rc = prefill_source(r, &req, &t, &prefill_seconds, err);
+    bool shared = false;
+    int rc = prefill_source(r, &req, &t, &prefill_seconds, &shared, err);
     for (int i = 0; i < n_configs && rc == 0; i++) {
         if (i > 0 && skip && skip[i]) continue;
         if (stop_requested(r)) {
@@ -629,6 +653,7 @@ int pkv_eval_run_item(pkv_eval_runner *r, const pkv_eval_task *task, const pkv_e
         }
         pkv_eval_result res = {0};
         res.prefill_seconds = prefill_seconds;
+        res.shared_prefill = shared;
         rc = run_config(r, task, &req, item, &t, mode, &configs[i], i == 0, &res, err);
         if (rc == 0 && !(skip && skip[i])) rc = emit(user, &res, err);
         result_free(&res);

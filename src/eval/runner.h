@@ -72,7 +72,8 @@ typedef struct {
     int full_layers[64]; /* indices of the full-attention layers */
     double *needle_kept; /* [n_full_layers * n_heads] fraction of needle positions kept */
 
-    double prefill_seconds;  /* the shared prefill */
+    double prefill_seconds;  /* the shared prefill (0 when shared_prefill) */
+    bool shared_prefill;     /* the source held this prefill already: an earlier question of the same context */
     double copy_seconds;     /* copy + compression */
     double press_seconds;    /* the press's selection (within copy) */
     double question_seconds; /* prefill of the uncompressed segments on the compressed cache */

@@ -28,6 +28,7 @@ typedef enum {
     PKV_TASK_CLASSIC
 } pkv_task_kind;
 typedef enum { PKV_HAY_NOISE, PKV_HAY_ESSAY, PKV_HAY_NEEDLE } pkv_haystack;
+enum { PKV_EVAL_MAX_QUESTIONS = 16 }; /* a task's n_questions at most */
 typedef enum { PKV_RAND_WORDS, PKV_RAND_NUMBERS, PKV_RAND_UUIDS } pkv_rand_kind;
 
 typedef struct {
@@ -36,6 +37,9 @@ typedef struct {
     pkv_haystack haystack;    /* NIAH */
     pkv_rand_kind key, value; /* NIAH */
     int n_keys, n_values, n_queries;
+    /* > 1: the multi-question benchmark (docs/evaluation.md §2.5): that many
+     * items share one context, item q asking one question of its own */
+    int n_questions;
     bool grid;              /* needle placed at an explicit depth (length x depth grid) */
     int tokens_to_generate; /* RULER's, part of the length budget (§1.1) */
     int max_new_tokens;     /* decode cap (§5.2) */
@@ -52,6 +56,7 @@ typedef struct {
     int sample;
     double depth; /* grid tasks only */
     uint64_t base_seed;
+    int question; /* tasks with n_questions > 1: which one, from 0 (the context is the same for all) */
 } pkv_eval_spec;
 
 typedef struct {

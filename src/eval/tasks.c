@@ -40,6 +40,20 @@ static const pkv_eval_task TASKS[] = {
          "4 values share one key in prose"),
     NIAH("niah_multiquery", PKV_HAY_ESSAY, PKV_RAND_WORDS, PKV_RAND_NUMBERS, 4, 1, 4, 64,
          "4 keys queried at once in prose"),
+    /* the multi-question benchmark (docs/evaluation.md §2.5): one context, a question per item */
+    {.name = "niah_multiquestion",
+     .kind = PKV_TASK_NIAH,
+     .haystack = PKV_HAY_ESSAY,
+     .key = PKV_RAND_WORDS,
+     .value = PKV_RAND_NUMBERS,
+     .n_keys = 4,
+     .n_values = 1,
+     .n_queries = 1,
+     .n_questions = 4,
+     .tokens_to_generate = 128,
+     .max_new_tokens = 24,
+     .metric = PKV_METRIC_MATCH_ALL,
+     .summary = "4 needles in prose, each asked in its own question of one context"},
     {.name = "vt",
      .kind = PKV_TASK_VT,
      .tokens_to_generate = 30,
@@ -64,6 +78,13 @@ static const pkv_eval_task TASKS[] = {
      .max_new_tokens = 16,
      .metric = PKV_METRIC_FIRST_INT,
      .summary = "LongEval-Lines: the register value of one of many lines"},
+    {.name = "longeval_multiquestion",
+     .kind = PKV_TASK_LONGEVAL,
+     .n_questions = 4,
+     .tokens_to_generate = 32,
+     .max_new_tokens = 16,
+     .metric = PKV_METRIC_FIRST_INT,
+     .summary = "LongEval-Lines, 4 lines of one record each asked in its own question"},
     {.name = "niah_passkey_noise",
      .kind = PKV_TASK_NIAH,
      .haystack = PKV_HAY_NOISE,
@@ -152,6 +173,7 @@ void pkv_eval_task_units(const pkv_eval_task *t, int length, pkv_eval_units *u) 
         break;
     case PKV_TASK_LONGEVAL:
         u->increment = short_len ? 5 : 25;
+        if (t->n_questions > 1) u->min_units = t->n_questions; /* a line per question */
         break;
     }
 }
@@ -431,20 +453,33 @@ static int build_fwe(const pkv_eval_spec *spec, int n_words, pkv_rng *rng, pkv_e
  */
 static int build_longeval(const pkv_eval_spec *spec, int n, pkv_rng *rng, pkv_eval_item *out, pkv_error *err) {
     (void)spec;
-    if (n < 1) return pkv_fail(err, PKV_ERR_ARG, "longeval_lines: needs at least one line");
+    if (n < 1) return pkv_fail(err, PKV_ERR_ARG, "%s: needs at least one line", spec->task->name);
     char(*keys)[PKV_ITEM_KEY_LEN] = calloc((size_t)n, sizeof *keys);
     int *values = calloc((size_t)n, sizeof *values);
     if (!keys || !values) {
         free(keys);
         free(values);
-        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory building longeval_lines");
+        return pkv_fail(err, PKV_ERR_NOMEM, "out of memory building %s", spec->task->name);
     }
     for (int i = 0; i < n; i++) {
         do pkv_item_rand_text(rng, PKV_RAND_WORDS, keys[i], PKV_ITEM_KEY_LEN);
         while (pkv_item_key_taken(keys, i, keys[i]));
         values[i] = (int)pkv_rng_range(rng, 10000, 99999);
     }
-    int target = (int)pkv_rng_below(rng, (uint64_t)n);
+    /* one line asked; the multi-question task draws its n_questions lines at once (all distinct) */
+    int target, nq = spec->task->n_questions;
+    if (nq > 1) {
+        int picked[PKV_EVAL_MAX_QUESTIONS];
+        if (n < nq) {
+            free(keys);
+            free(values);
+            return pkv_fail(err, PKV_ERR_LIMIT, "%s: %d lines cannot hold %d questions", spec->task->name, n, nq);
+        }
+        pkv_rng_distinct(rng, n, nq, picked);
+        target = picked[spec->question];
+    } else {
+        target = (int)pkv_rng_below(rng, (uint64_t)n);
+    }
     pkv_item_builder b = {0};
     pkv_sbuf_puts(&b.context,
                   "Below is a record of lines I want you to remember. Each line begins with 'line <line index>' and "
@@ -483,6 +518,9 @@ int pkv_eval_build(const pkv_eval_spec *spec, int n_units, int n_aux, pkv_eval_i
     if (t->grid && (spec->depth < 0 || spec->depth > 100))
         return pkv_fail(err, PKV_ERR_ARG, "%s: depth %g is outside [0, 100]", t->name, spec->depth);
     if (n_units < 1) return pkv_fail(err, PKV_ERR_ARG, "%s: haystack size %d must be positive", t->name, n_units);
+    int nq = t->n_questions > 1 ? t->n_questions : 1;
+    if (spec->question < 0 || spec->question >= nq)
+        return pkv_fail(err, PKV_ERR_ARG, "%s: question %d is outside [0, %d)", t->name, spec->question, nq);
     pkv_rng rng;
     pkv_rng_seed(&rng, pkv_eval_spec_seed(spec));
     switch (t->kind) {

@@ -1,5 +1,5 @@
 /* What the HTTP side's files share (server.c, ctx_routes.c): the server,
- * one HTTP request, and the helpers that answer it. */
+ * one HTTP request, and the helpers that answer it (conn.c). */
 #ifndef PKV_SERVER_CONN_H
 #define PKV_SERVER_CONN_H
 
@@ -66,7 +66,9 @@ typedef struct {
 bool is_draining(server *srv);
 /* The peer closed its side (or the socket failed): nobody will read the answer. */
 bool client_gone(void *user);
-/* Responses: a JSON body (taken; NULL: out of memory), an error, a formatted error. */
+/* Responses: a body of a content type (taken when must_free), a JSON body
+ * (taken; NULL: out of memory), an error, a formatted error (conn.c). */
+enum MHD_Result queue_text(request *r, int status, const char *content_type, const char *body, bool must_free);
 enum MHD_Result queue_json(request *r, int status, char *json);
 enum MHD_Result queue_error(request *r, const srv_error *e);
 enum MHD_Result queue_fail(request *r, int status, const char *type, const char *code, const char *fmt,
