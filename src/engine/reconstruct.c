@@ -25,17 +25,13 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "engine/forward.h"
+#include "engine/recon_prompts.h"
 
 
 typedef struct {
     int32_t *ids;
     int n, cap;
 } token_list;
-
-static int add_text(const pkv_model *m, token_list *t, const char *text, bool parse_special, pkv_error *err) {
-    if (!*text) return 0;
-    return pkv_tokenize_append(m, text, strlen(text), false, parse_special, &t->ids, &t->n, &t->cap, err) < 0 ? -1 : 0;
-}
 
 static int add_tokens(token_list *t, const int32_t *ids, int n, pkv_error *err) {
     if (t->n + n > t->cap) {
@@ -48,20 +44,6 @@ static int add_tokens(token_list *t, const int32_t *ids, int n, pkv_error *err) 
     memcpy(t->ids + t->n, ids, (size_t)n * sizeof *ids);
     t->n += n;
     return 0;
-}
-
-/* The generation prompt after a user turn, as kvpress finds it: the template
- * rendered around "dummy context" and a separator, split at the separator. */
-static int chat_suffix(const pkv_model *m, token_list *t, pkv_error *err) {
-    const char *sep = "\n#############"; /* "\n" + "#" * len("dummy context") */
-    pkv_chat_message msg = {"user", "dummy context\n#############"};
-    char buf[4096];
-    int len = pkv_chat_format(m, &msg, 1, buf, sizeof buf, NULL, err);
-    if (len < 0) return -1;
-    if (len >= (int)sizeof buf) return pkv_fail(err, PKV_ERR_LIMIT, "kvzip: the chat template's rendering is too long");
-    const char *at = strstr(buf, sep);
-    if (!at) return pkv_fail(err, PKV_ERR_UNSUPPORTED, "kvzip: the chat template does not keep the user's text");
-    return add_text(m, t, at + strlen(sep), true, err);
 }
 
 int64_t pkv_recon_pass_rows(const pkv_press_cfg *press, int n) {
@@ -99,7 +81,7 @@ struct pkv_recon_memo {
     uint64_t gen;    /* the source's probe_gen */
     const pkv_press_ops *ops;
     int n_sink, chunk_size, n, begin;
-    bool chat;
+    uint64_t prompts; /* prompts_key of the instructions the passes fed */
 };
 
 pkv_recon_memo *pkv_recon_memo_new(void) { return calloc(1, sizeof(pkv_recon_memo)); }
@@ -115,21 +97,34 @@ void pkv_recon_memo_free(pkv_recon_memo *memo) {
     free(memo);
 }
 
+/* FNV-1a over the instructions' ids and lengths: passes that fed other
+ * instructions (another chat template) scored other rows. */
+static uint64_t prompts_key(const pkv_recon_prompts *p) {
+    uint64_t h = 1469598103934665603ull;
+    const int32_t *parts[3] = {p->first, p->next, p->suffix};
+    int lens[3] = {p->n_first, p->n_next, p->n_suffix};
+    for (int k = 0; k < 3; k++) {
+        h = (h ^ (uint64_t)(uint32_t)lens[k]) * 1099511628211ull;
+        for (int i = 0; i < lens[k]; i++) h = (h ^ (uint64_t)(uint32_t)parts[k][i]) * 1099511628211ull;
+    }
+    return h;
+}
+
 static bool memo_fits(const pkv_recon_memo *m, uint64_t gen, const pkv_press_cfg *press, int n, int begin,
-                      bool chat) {
+                      uint64_t prompts) {
     const pkv_press_recon_ops *ro = press->ops->recon;
     return m->scores && m->gen == gen && m->ops == press->ops && m->n_sink == ro->n_sink(press->params) &&
-           m->chunk_size == ro->chunk_size(press->params) && m->n == n && m->begin == begin && m->chat == chat;
+           m->chunk_size == ro->chunk_size(press->params) && m->n == n && m->begin == begin && m->prompts == prompts;
 }
 
 /* Hands the scores to the memo (which owns them from now on). */
 static void memo_keep(pkv_recon_memo *m, float ***scores, const pkv_hparams *hp, uint64_t gen,
-                      const pkv_press_cfg *press, int n, int begin, bool chat) {
+                      const pkv_press_cfg *press, int n, int begin, uint64_t prompts) {
     const pkv_press_recon_ops *ro = press->ops->recon;
     memo_clear(m);
     *m = (pkv_recon_memo){.scores = scores, .n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .gen = gen,
                           .ops = press->ops, .n_sink = ro->n_sink(press->params),
-                          .chunk_size = ro->chunk_size(press->params), .n = n, .begin = begin, .chat = chat};
+                          .chunk_size = ro->chunk_size(press->params), .n = n, .begin = begin, .prompts = prompts};
 }
 
 int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool before_prefill, pkv_error *err) {
@@ -165,12 +160,12 @@ static int check_session(const pkv_session *s, int n, const pkv_press_cfg *press
     return 0;
 }
 
-static int run_passes(pkv_session *s, const int32_t *tokens, int n, int begin, bool chat, pkv_recon_state *r,
-                      pkv_error *err) {
+static int run_passes(pkv_session *s, const int32_t *tokens, int n, int begin, const pkv_recon_prompts *pp,
+                      pkv_recon_state *r, pkv_error *err) {
     const pkv_press_cfg *press = r->press;
     const pkv_press_recon_ops *ro = press->ops->recon;
     int chunk = ro->chunk_size(press->params), n_sink = ro->n_sink(press->params);
-    token_list first = {0}, next = {0}, suffix = {0}, pass = {0};
+    token_list pass = {0};
     int32_t *identity = malloc((size_t)(n > 0 ? n : 1) * sizeof *identity);
     float *logits = malloc((size_t)s->model->hp.n_vocab * sizeof(float));
     int rc = -1;
@@ -180,18 +175,16 @@ static int run_passes(pkv_session *s, const int32_t *tokens, int n, int begin, b
     }
     for (int i = 0; i < n; i++) identity[i] = i;
     memcpy(logits, s->logits, (size_t)s->model->hp.n_vocab * sizeof(float));
-    if (add_text(s->model, &first, ro->first_prompt, false, err) || add_text(s->model, &next, ro->next_prompt, false, err))
-        goto done;
-    if (chat ? chat_suffix(s->model, &suffix, err) : add_text(s->model, &suffix, "\n", false, err)) goto done;
     for (int start = begin, i = 0; start < n; start += chunk, i++) {
         int len = n - start < chunk ? n - start : chunk;
         pass.n = 0;
-        if (i == 0 ? add_tokens(&pass, first.ids, first.n, err) : add_tokens(&pass, next.ids, next.n, err)) goto done;
+        if (i == 0 ? add_tokens(&pass, pp->first, pp->n_first, err) : add_tokens(&pass, pp->next, pp->n_next, err))
+            goto done;
         if (i > 0) {
             int ov = ro->overlap < chunk ? ro->overlap : chunk;
             if (add_tokens(&pass, tokens + start - ov, ov, err)) goto done;
         }
-        if (add_tokens(&pass, suffix.ids, suffix.n, err) || add_tokens(&pass, tokens + start, len, err)) goto done;
+        if (add_tokens(&pass, pp->suffix, pp->n_suffix, err) || add_tokens(&pass, tokens + start, len, err)) goto done;
         /* the pass is the press's own work, gone afterwards: it may use the
          * model's trained positions beyond a smaller session context */
         int limit = s->opts.n_ctx > s->model->hp.n_ctx_train ? s->opts.n_ctx : s->model->hp.n_ctx_train;
@@ -217,9 +210,6 @@ static int run_passes(pkv_session *s, const int32_t *tokens, int n, int begin, b
     memcpy(s->logits, logits, (size_t)s->model->hp.n_vocab * sizeof(float));
     rc = 0;
 done:
-    free(first.ids);
-    free(next.ids);
-    free(suffix.ids);
     free(pass.ids);
     free(identity);
     free(logits);
@@ -227,15 +217,19 @@ done:
 }
 
 int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const pkv_recon_source *from,
-                    const int32_t *tokens, int n, int begin, bool chat, const pkv_press_cfg *press,
-                    pkv_compress_stats *stats, pkv_error *err) {
+                    const int32_t *tokens, int n, int begin, const pkv_recon_prompts *prompts,
+                    const pkv_press_cfg *press, pkv_compress_stats *stats, pkv_error *err) {
     double t0 = pkv_now_seconds();
     if (check_session(s, n, press, begin, err)) return -1;
     const pkv_hparams *hp = &s->model->hp;
     pkv_recon_state r = {.press = press, .ctx_rows = n};
     int rc = -1;
     const float *const **by_rank = NULL;
-    bool reused = from && from->memo && memo_fits(from->memo, from->gen, press, n, begin, chat);
+    if (!prompts)
+        return pkv_fail(err, PKV_ERR_INTERNAL, "%s: its passes' instructions were not tokenized (press through "
+                        "pkv_prefill or the request API)", press->ops->name);
+    uint64_t key = prompts_key(prompts);
+    bool reused = from && from->memo && memo_fits(from->memo, from->gen, press, n, begin, key);
     if (reused) {
         r.scores = from->memo->scores;
     } else {
@@ -247,7 +241,7 @@ int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const pkv_rec
             for (int g = 0; g < hp->n_head_kv; g++)
                 if (!(r.scores[il][g] = calloc((size_t)n + 1, sizeof(float)))) goto nomem;
         }
-        if (run_passes(s, tokens, n, begin, chat, &r, err)) goto done;
+        if (run_passes(s, tokens, n, begin, prompts, &r, err)) goto done;
     }
     /* the press reads every pressed layer's scores, by rank */
     by_rank = calloc((size_t)hp->n_layer, sizeof *by_rank);
@@ -267,7 +261,7 @@ int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const pkv_rec
         stats->press_seconds += pkv_now_seconds() - t0;
     }
     if (!reused && from && from->memo) {
-        memo_keep(from->memo, r.scores, hp, from->gen, press, n, begin, chat);
+        memo_keep(from->memo, r.scores, hp, from->gen, press, n, begin, key);
         r.scores = NULL;
     }
     rc = 0;

@@ -11,6 +11,7 @@
 #define PKV_ENGINE_RECONSTRUCT_H
 
 #include "engine/compress.h"
+#include "engine/recon_prompts.h"
 #include "engine/state.h"
 
 /* Before a prefill of s with press (before_prefill: s must hold nothing yet)
@@ -36,13 +37,13 @@ typedef struct {
  * what that prefill kept of layer il, s's own or the session s was copied
  * from, from then naming that session): runs press's passes over
  * tokens[begin, n) (begin: where the context starts after the chat
- * template's opening), the instruction ending with the chat template's
- * generation prompt when chat (a newline otherwise), and presses every full
- * layer with their scores. With from, scores of the same passes over the
+ * template's opening), each pass fed prompts' instruction and generation
+ * prompt (recon_prompts.h) before its chunk, and presses every full layer
+ * with their scores. With from, scores of the same passes over the
  * same source are taken from its memo, and new ones are left there. */
 int pkv_recon_press(pkv_session *s, const pkv_layer_probe *probes, const pkv_recon_source *from,
-                    const int32_t *tokens, int n, int begin, bool chat, const pkv_press_cfg *press,
-                    pkv_compress_stats *stats, pkv_error *err);
+                    const int32_t *tokens, int n, int begin, const pkv_recon_prompts *prompts,
+                    const pkv_press_cfg *press, pkv_compress_stats *stats, pkv_error *err);
 
 /* An upper bound of the rows a pass of press adds to each head while a prompt
  * of n compressed tokens is reconstructed (the admission estimate). */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/recon_prompts.h"
 #include "engine/reconstruct.h"
 #include "engine/session.h"
 #include "model/model.h"
@@ -137,8 +138,16 @@ int pkv_request_prefill_compressed(pkv_session *s, const pkv_request *req, const
     if (press_of(req, p, &rp, err)) return -1;
     pkv_prefill_stats ps;
     int rc;
-    /* where the context starts, for a press that feeds it again (KVzip) */
-    pkv_context_frame frame = {.begin = p->prompt.context_begin, .chat = !req->tokens && req->prompt.chat};
+    /* where the context starts, and the instructions, for a press that feeds it again (KVzip) */
+    pkv_recon_prompts passes = {0};
+    pkv_context_frame frame = {.begin = p->prompt.context_begin};
+    if (rp.press && rp.press->ops && rp.press->ops->recon) {
+        if (pkv_recon_prompts_build(pkv_session_model(s), rp.press, !req->tokens && req->prompt.chat, &passes, err)) {
+            press_free(&rp);
+            return -1;
+        }
+        frame.passes = &passes;
+    }
     if (from) {
         rc = pkv_session_copy_framed(s, from, rp.press, p->prompt.tokens, p->n_compressed, &frame, &ps, err);
     } else {
@@ -147,11 +156,28 @@ int pkv_request_prefill_compressed(pkv_session *s, const pkv_request *req, const
         rc = pkv_session_prefill_framed(s, p->prompt.tokens, p->n_compressed, rp.press, apply, &frame, &ps, err);
     }
     press_free(&rp);
+    pkv_recon_prompts_free(&passes);
     if (rc == 0 && stats) {
         stats->n_prompt = p->prompt.n_tokens;
         stats->n_compressed = p->n_compressed;
         stats->press = ps;
     }
+    return rc;
+}
+
+/* The public prefill: a raw prompt (no chat template), its press applied
+ * as pkv_session_press_applies decides; a press that reconstructs gets its
+ * instructions tokenized here, before the engine runs it. */
+int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
+                pkv_error *err) {
+    pkv_recon_prompts passes = {0};
+    pkv_context_frame frame = {.begin = 0};
+    if (press && press->ops && press->ops->recon) {
+        if (pkv_recon_prompts_build(pkv_session_model(s), press, false, &passes, err)) return -1;
+        frame.passes = &passes;
+    }
+    int rc = pkv_session_prefill_framed(s, tokens, n, press, pkv_session_press_applies(s, press), &frame, stats, err);
+    pkv_recon_prompts_free(&passes);
     return rc;
 }
 

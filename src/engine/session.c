@@ -189,14 +189,9 @@ const int32_t *pkv_session_tokens(const pkv_session *s, int *n) {
 /* A press compresses the first prefill of a session, and every later one in
  * recompress mode; otherwise later turns are appended uncompressed, as the
  * official SnapKV code does (docs/presses.md D.5). */
-static bool press_applies(const pkv_session *s, const pkv_press_cfg *press) {
+bool pkv_session_press_applies(const pkv_session *s, const pkv_press_cfg *press) {
     if (!press || !press->ops) return false;
     return s->n_pos == 0 || press->mode == PKV_MODE_RECOMPRESS;
-}
-
-int pkv_session_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, bool apply_press,
-                        pkv_prefill_stats *stats, pkv_error *err) {
-    return pkv_session_prefill_framed(s, tokens, n, press, apply_press, NULL, stats, err);
 }
 
 static bool is_recon_press(const pkv_press_cfg *press) { return press && press->ops && press->ops->recon; }
@@ -222,8 +217,8 @@ int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, con
         if (pkv_recon_check(s, press, true, err)) return -1;
         if (pkv_forward(s, tokens, n, NULL, &keep, NULL, NULL, &fs, err)) return -1;
         s->probes_ok = false;
-        if (pkv_recon_press(s, s->probes, NULL, tokens, n, frame ? frame->begin : 0, frame && frame->chat, press, &fs,
-                            err)) {
+        if (pkv_recon_press(s, s->probes, NULL, tokens, n, frame ? frame->begin : 0, frame ? frame->passes : NULL,
+                            press, &fs, err)) {
             s->broken = true; /* the prompt is in, unpressed: only a reset helps */
             return -1;
         }
@@ -239,11 +234,6 @@ int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, con
         fill_cache_stats(s, pos0 + n, stats);
     }
     return 0;
-}
-
-int pkv_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, pkv_prefill_stats *stats,
-                pkv_error *err) {
-    return pkv_session_prefill(s, tokens, n, press, press_applies(s, press), stats, err);
 }
 
 int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_cfg *press, pkv_prefill_stats *stats,
@@ -293,8 +283,8 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
         dst->broken = false; /* the copy is whole: the passes run on it */
         /* src's memo: a second copy pressed at another budget reuses the passes */
         pkv_recon_source from = {.probes = src->probes, .memo = src->recon_memo, .gen = src->probe_gen};
-        if (pkv_recon_press(dst, from.probes, &from, tokens, n, frame ? frame->begin : 0, frame && frame->chat,
-                            press, &fs, err)) {
+        if (pkv_recon_press(dst, from.probes, &from, tokens, n, frame ? frame->begin : 0,
+                            frame ? frame->passes : NULL, press, &fs, err)) {
             dst->broken = true;
             return -1;
         }

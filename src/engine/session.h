@@ -6,23 +6,26 @@
 
 #include "promptkv.h"
 
-/* pkv_prefill with the decision made by the caller: press (checked when not
- * NULL) runs on the full layers when apply_press is set, whatever its mode
- * and the session's length. */
-int pkv_session_prefill(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press, bool apply_press,
-                        pkv_prefill_stats *stats, pkv_error *err);
+/* A press compresses the first prefill of a session, and every later one in
+ * recompress mode (docs/presses.md D.5): what pkv_prefill decides. */
+bool pkv_session_press_applies(const pkv_session *s, const pkv_press_cfg *press);
 
-/* Where the context starts in a prompt and whether a chat template frames
- * it: what a reconstruction press (KVzip) needs beyond the tokens
- * (pkv_recon_press, engine/reconstruct.h). */
+typedef struct pkv_recon_prompts pkv_recon_prompts;
+
+/* Where the context starts in a prompt and the instructions a
+ * reconstruction press (KVzip) feeds after it, tokenized by the request
+ * layer: what such a press needs beyond the tokens (pkv_recon_press,
+ * engine/reconstruct.h). */
 typedef struct {
     int begin;
-    bool chat;
+    const pkv_recon_prompts *passes; /* NULL for any other press */
 } pkv_context_frame;
 
-/* pkv_session_prefill and pkv_session_copy with the prompt's frame (NULL:
- * the context is every token, no chat template); the copy also takes the
- * tokens src's cache holds (a reconstruction press feeds them again). */
+/* A prefill whose press runs on the full layers when apply_press is set,
+ * whatever its mode and the session's length, and pkv_session_copy, with
+ * the prompt's frame (NULL: the context is every token, and no press that
+ * reconstructs); the copy also takes the tokens src's cache holds (a
+ * reconstruction press feeds them again). */
 int pkv_session_prefill_framed(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
                                bool apply_press, const pkv_context_frame *frame, pkv_prefill_stats *stats,
                                pkv_error *err);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "text/chat.h"
+#include "text/chat_detect.h"
 #include "text/tokenizer.h"
 
 typedef struct {
