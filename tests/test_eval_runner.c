@@ -433,75 +433,104 @@ static void stop_progress(void *user, const pkv_eval_progress *p) {
     if (s->stop_after > 0 && p->done >= s->stop_after) *s->stop = 1;
 }
 
+/* The full cache and two presses at budget 40, window 8. */
+static void three_configs(pkv_eval_config cfg[3], const char *second, const char *third) {
+    pkv_error err;
+    const char *opts[] = {"window=8"};
+    REQUIRE(pkv_eval_config_init(&cfg[0], "none", "none", 0, 0, NULL, 0, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[1], second, second, 40, 0, opts, 1, &err) == 0);
+    REQUIRE(pkv_eval_config_init(&cfg[2], third, third, 40, 0, opts, 1, &err) == 0);
+}
+
+/* Two runs of a plan in a fresh directory: straight, and stopped after
+ * stop_after lines (then the torn line a kill would leave, when torn is
+ * given) and resumed; both files normalised and read back without their
+ * timings. sweep_runs_done removes them. */
+typedef struct {
+    char dir[64], straight[300], resumed[300];
+    char *a, *b; /* the straight and the resumed run, without timings */
+} sweep_runs;
+
+static void sweep_twice(pkv_model *m, const pkv_eval_plan *plan, int n_ctx, int stop_after, const char *torn,
+                        sweep_runs *out) {
+    pkv_error err;
+    snprintf(out->dir, sizeof out->dir, "/tmp/pkv-eval-sweep-XXXXXX");
+    REQUIRE(mkdtemp(out->dir));
+    snprintf(out->straight, sizeof out->straight, "%s/straight.jsonl", out->dir);
+    snprintf(out->resumed, sizeof out->resumed, "%s/resumed.jsonl", out->dir);
+    volatile sig_atomic_t stop = 0;
+    pkv_eval_sweep_opts so = {.model = m,
+                              .runner = {.n_threads = 1, .n_ctx = n_ctx, .keep_window = 8, .agree_k = 4, .stop = &stop},
+                              .rows_path = out->straight,
+                              .rank = 0,
+                              .n_ranks = 1,
+                              .stop = &stop};
+    REQUIRE_MSG(pkv_eval_sweep(plan, &so, &err) == 0, "%s", err.msg);
+    REQUIRE(pkv_jsonl_normalize(out->straight, plan, &err) == 0);
+    stopper st = {stop_after, &stop};
+    so.rows_path = out->resumed;
+    so.progress = stop_progress;
+    so.user = &st;
+    CHECK(pkv_eval_sweep(plan, &so, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
+    if (torn) {
+        FILE *f = fopen(out->resumed, "ab");
+        REQUIRE(f);
+        fputs(torn, f);
+        fclose(f);
+    }
+    /* resume: drop the torn line, skip what is done */
+    stop = 0;
+    st.stop_after = 0;
+    pkv_key_set done = {0};
+    REQUIRE(pkv_jsonl_truncate_partial(out->resumed, &err) == 0);
+    REQUIRE(pkv_jsonl_load_keys(out->resumed, &done, &err) == 0);
+    CHECK_EQ_INT(done.n, stop_after);
+    so.done = &done;
+    REQUIRE_MSG(pkv_eval_sweep(plan, &so, &err) == 0, "%s", err.msg);
+    REQUIRE(pkv_jsonl_normalize(out->resumed, plan, &err) == 0);
+    pkv_key_set_free(&done);
+    out->a = without_times(out->straight);
+    out->b = without_times(out->resumed);
+    REQUIRE(out->a && out->b);
+}
+
+static void sweep_runs_done(sweep_runs *r) {
+    free(r->a);
+    free(r->b);
+    unlink(r->straight);
+    unlink(r->resumed);
+    rmdir(r->dir);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (const char *p = s; *p; p++) n += *p == '\n';
+    return n;
+}
+
 TEST(eval_sweep_stop_and_resume) {
     pkv_model *m = load(TINY_LLAMA);
     REQUIRE(m);
-    pkv_error err;
     pkv_eval_config cfg[3];
-    const char *opts[] = {"window=8"};
-    REQUIRE(pkv_eval_config_init(&cfg[0], "none", "none", 0, 0, NULL, 0, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", "snapkv", 40, 0, opts, 1, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[2], "streamingllm", "streamingllm", 40, 0, opts, 1, &err) == 0);
+    three_configs(cfg, "snapkv", "streamingllm");
     const pkv_eval_task *tasks[] = {pkv_eval_task_find("niah_single_1"), pkv_eval_task_find("niah_passkey_noise")};
     int lengths[] = {512};
     double depths[] = {0, 100};
     pkv_eval_mode modes[] = {PKV_EVAL_QUERY_AGNOSTIC, PKV_EVAL_QUERY_AWARE};
     pkv_eval_plan plan = {tasks, 2, lengths, 1, 2, lengths, 1, depths, 2, 1, modes, 2, cfg, 3, 5};
-    char dir[] = "/tmp/pkv-eval-sweep-XXXXXX";
-    REQUIRE(mkdtemp(dir));
-    char straight[300], resumed[300];
-    snprintf(straight, sizeof straight, "%s/straight.jsonl", dir);
-    snprintf(resumed, sizeof resumed, "%s/resumed.jsonl", dir);
-    volatile sig_atomic_t stop = 0;
-    pkv_eval_sweep_opts so = {.model = m,
-                              .runner = {.n_threads = 1, .n_ctx = 640, .keep_window = 8, .agree_k = 4, .stop = &stop},
-                              .rows_path = straight,
-                              .rank = 0,
-                              .n_ranks = 1,
-                              .stop = &stop};
-    REQUIRE_MSG(pkv_eval_sweep(&plan, &so, &err) == 0, "%s", err.msg);
-    REQUIRE(pkv_jsonl_normalize(straight, &plan, &err) == 0);
-
-    /* stopped after 7 lines, then a torn line as a kill would leave */
-    stopper st = {7, &stop};
-    so.rows_path = resumed;
-    so.progress = stop_progress;
-    so.user = &st;
-    CHECK(pkv_eval_sweep(&plan, &so, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
-    FILE *f = fopen(resumed, "ab");
-    REQUIRE(f);
-    fputs("{\"key\":\"niah_single_1/512/1/query_aware/none\",\"task\":\"niah_si", f);
-    fclose(f);
-    /* resume: drop the torn line, skip what is done */
-    stop = 0;
-    st.stop_after = 0;
-    pkv_key_set done = {0};
-    REQUIRE(pkv_jsonl_truncate_partial(resumed, &err) == 0);
-    REQUIRE(pkv_jsonl_load_keys(resumed, &done, &err) == 0);
-    CHECK_EQ_INT(done.n, 7);
-    so.done = &done;
-    REQUIRE_MSG(pkv_eval_sweep(&plan, &so, &err) == 0, "%s", err.msg);
-    REQUIRE(pkv_jsonl_normalize(resumed, &plan, &err) == 0);
-    char *a = without_times(straight), *b = without_times(resumed);
-    REQUIRE(a && b);
-    int lines = 0;
-    for (char *p = a; *p; p++) lines += *p == '\n';
-    CHECK_EQ_INT(lines, (2 * 1 + 2 * 1) * 2 * 3);
-    CHECK_MSG(!strcmp(a, b), "resumed file differs from the straight run");
+    sweep_runs r;
+    sweep_twice(m, &plan, 640, 7, "{\"key\":\"niah_single_1/512/1/query_aware/none\",\"task\":\"niah_si", &r);
+    CHECK_EQ_INT(count_lines(r.a), (2 * 1 + 2 * 1) * 2 * 3);
+    CHECK_MSG(!strcmp(r.a, r.b), "resumed file differs from the straight run");
     /* every line parses and names its config */
-    for (char *p = b; *p;) {
+    for (char *p = r.b; *p;) {
         char *nl = strchr(p, '\n');
         pkv_json *j = pkv_json_parse(p, (size_t)(nl - p));
         CHECK(j && pkv_json_get_str(j, "config", NULL));
         pkv_json_free(j);
         p = nl + 1;
     }
-    free(a);
-    free(b);
-    pkv_key_set_free(&done);
-    unlink(straight);
-    unlink(resumed);
-    rmdir(dir);
+    sweep_runs_done(&r);
     for (int i = 0; i < 3; i++) pkv_eval_config_free(&cfg[i]);
     pkv_model_free(m);
 }
@@ -513,39 +542,20 @@ TEST(eval_sweep_stop_and_resume) {
 TEST(eval_sweep_multi_question_shares_prefill) {
     pkv_model *m = load(TINY_LLAMA);
     REQUIRE(m);
-    pkv_error err;
     pkv_eval_config cfg[3];
-    const char *opts[] = {"window=8"};
-    REQUIRE(pkv_eval_config_init(&cfg[0], "none", "none", 0, 0, NULL, 0, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[1], "snapkv", "snapkv", 40, 0, opts, 1, &err) == 0);
-    REQUIRE(pkv_eval_config_init(&cfg[2], "knorm", "knorm", 40, 0, opts, 1, &err) == 0);
+    three_configs(cfg, "snapkv", "knorm");
     const pkv_eval_task *tasks[] = {pkv_eval_task_find("longeval_multiquestion")};
     int lengths[] = {1024};
     double depths[] = {0};
     pkv_eval_mode modes[] = {PKV_EVAL_QUERY_AGNOSTIC, PKV_EVAL_QUERY_AWARE};
     pkv_eval_plan plan = {tasks, 1, lengths, 1, 2, lengths, 0, depths, 0, 0, modes, 2, cfg, 3, 5};
-    char dir[] = "/tmp/pkv-eval-mq-XXXXXX";
-    REQUIRE(mkdtemp(dir));
-    char straight[300], resumed[300];
-    snprintf(straight, sizeof straight, "%s/straight.jsonl", dir);
-    snprintf(resumed, sizeof resumed, "%s/resumed.jsonl", dir);
-    volatile sig_atomic_t stop = 0;
-    pkv_eval_sweep_opts so = {.model = m,
-                              .runner = {.n_threads = 1, .n_ctx = 1100, .keep_window = 8, .agree_k = 4, .stop = &stop},
-                              .rows_path = straight,
-                              .rank = 0,
-                              .n_ranks = 1,
-                              .stop = &stop};
-    REQUIRE_MSG(pkv_eval_sweep(&plan, &so, &err) == 0, "%s", err.msg);
-    REQUIRE(pkv_jsonl_normalize(straight, &plan, &err) == 0);
-    char *whole = without_times(straight);
-    REQUIRE(whole);
-    int lines = 0;
-    for (char *p = whole; *p; p++) lines += *p == '\n';
-    CHECK_EQ_INT(lines, 2 * 4 * 2 * 3); /* samples x questions x modes x configs */
-    free(whole);
+    /* stopped after 7 lines: inside the first sample's query-agnostic questions */
+    sweep_runs r;
+    sweep_twice(m, &plan, 1100, 7, NULL, &r);
+    CHECK_EQ_INT(count_lines(r.a), 2 * 4 * 2 * 3); /* samples x questions x modes x configs */
+    CHECK_MSG(!strcmp(r.a, r.b), "the resumed run (fresh prefills) differs from the straight run (shared prefills)");
     /* questions 1-3 of each sample, query-agnostic: 2 x 3 x 3 lines read the source question 0 left */
-    FILE *f = fopen(straight, "rb");
+    FILE *f = fopen(r.straight, "rb");
     REQUIRE(f);
     char line[1 << 14];
     int shared = 0, shared_aware = 0;
@@ -558,30 +568,7 @@ TEST(eval_sweep_multi_question_shares_prefill) {
     fclose(f);
     CHECK_EQ_INT(shared, 2 * 3 * 3);
     CHECK_EQ_INT(shared_aware, 0);
-
-    /* stopped after 7 lines: inside the first sample's query-agnostic questions */
-    stopper st = {7, &stop};
-    so.rows_path = resumed;
-    so.progress = stop_progress;
-    so.user = &st;
-    CHECK(pkv_eval_sweep(&plan, &so, &err) == -1 && err.code == PKV_ERR_INTERRUPTED);
-    stop = 0;
-    st.stop_after = 0;
-    pkv_key_set done = {0};
-    REQUIRE(pkv_jsonl_load_keys(resumed, &done, &err) == 0);
-    CHECK_EQ_INT(done.n, 7);
-    so.done = &done;
-    REQUIRE_MSG(pkv_eval_sweep(&plan, &so, &err) == 0, "%s", err.msg);
-    REQUIRE(pkv_jsonl_normalize(resumed, &plan, &err) == 0);
-    char *a = without_times(straight), *b = without_times(resumed);
-    REQUIRE(a && b);
-    CHECK_MSG(!strcmp(a, b), "the resumed run (fresh prefills) differs from the straight run (shared prefills)");
-    free(a);
-    free(b);
-    pkv_key_set_free(&done);
-    unlink(straight);
-    unlink(resumed);
-    rmdir(dir);
+    sweep_runs_done(&r);
     for (int i = 0; i < 3; i++) pkv_eval_config_free(&cfg[i]);
     pkv_model_free(m);
 }

@@ -57,6 +57,17 @@ static int64_t rows_of_layer(const pkv_session *s, int l) {
     return n;
 }
 
+/* A request of n raw tokens under cfg, tokenized. */
+static void token_request(pkv_model *m, const int32_t *toks, int n, const pkv_press_cfg *cfg, pkv_request *req,
+                          pkv_request_prompt *rp) {
+    pkv_error err;
+    pkv_request_init(req);
+    req->tokens = toks;
+    req->n_tokens = n;
+    req->press = cfg;
+    REQUIRE_MSG(pkv_request_tokenize(m, req, rp, &err) == 0, "%s", err.msg);
+}
+
 /* Token prompts through the request API: the eval's path (one prefill, a
  * pressed copy per config) keeps what the live prefill keeps, and decodes
  * the same logits, for every query-agnostic press. */
@@ -76,12 +87,8 @@ TEST(qa_copy_equals_direct) {
         pkv_press_cfg *cfg = test_press_cfg(presses[i], o);
         REQUIRE(cfg);
         pkv_request req;
-        pkv_request_init(&req);
-        req.tokens = toks;
-        req.n_tokens = 90;
-        req.press = cfg;
         pkv_request_prompt rp;
-        REQUIRE(pkv_request_tokenize(m, &req, &rp, &err) == 0);
+        token_request(m, toks, 90, cfg, &req, &rp);
         pkv_request unpressed = req;
         unpressed.press = NULL;
         pkv_request_stats st;
@@ -146,12 +153,8 @@ TEST(qa_kvzip_memo_across_budgets) {
         pkv_press_cfg *cfg = test_press_cfg("kvzip", o);
         REQUIRE(cfg);
         pkv_request req;
-        pkv_request_init(&req);
-        req.tokens = toks;
-        req.n_tokens = 90;
-        req.press = cfg;
         pkv_request_prompt rp;
-        REQUIRE(pkv_request_tokenize(m, &req, &rp, &err) == 0);
+        token_request(m, toks, 90, cfg, &req, &rp);
         pkv_request unpressed = req;
         unpressed.press = NULL;
         pkv_request_stats st;
