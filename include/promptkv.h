@@ -337,6 +337,20 @@ int pkv_session_copy(pkv_session *dst, const pkv_session *src, const pkv_press_c
 /* One token through the model; logits of it are then at pkv_logits(). */
 int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
 
+/* Batched decode: one step for several sessions of one model at once, the
+ * weights read once for all of them (docs/design.md "Batched decode"). Each
+ * session takes its own token at its own position and attends over its own
+ * cache (its own press and budget); afterwards each is as pkv_decode would
+ * leave it, logits within float rounding. A refused step (a session broken,
+ * out of context, a token outside the vocabulary, a session given twice)
+ * changes none of them; a failure midway (interrupted, out of memory, a
+ * memory cap) leaves every session of the step to be reset. The batch holds
+ * the step's buffers and threads (n_threads as pkv_session_opts'). */
+typedef struct pkv_batch pkv_batch;
+pkv_batch *pkv_batch_new(pkv_model *model, int n_threads, pkv_error *err);
+void pkv_batch_free(pkv_batch *batch);
+int pkv_batch_decode(pkv_batch *batch, pkv_session *const *sessions, const int32_t *tokens, int n, pkv_error *err);
+
 /* Runs tokens through the model like pkv_prefill (no press) and passes the
  * logits of every one of them, in order, to fn (perplexity, scoring). */
 typedef void (*pkv_logits_fn)(void *user, int index, const float *logits);

@@ -28,10 +28,9 @@ static int64_t widest_input(const pkv_model *m) {
     return widest;
 }
 
-static int ensure_chunk_buffers(pkv_session *s, int n_tok, pkv_error *err) {
-    pkv_work *w = &s->work;
+int pkv_work_reserve(const pkv_model *m, const pkv_pool *pool, pkv_work *w, int n_tok, pkv_error *err) {
     if (w->n_tok_cap >= n_tok) return 0;
-    const pkv_hparams *hp = &s->model->hp;
+    const pkv_hparams *hp = &m->hp;
     size_t n = (size_t)n_tok;
     size_t q_dim = (size_t)hp->n_head * hp->head_dim_k, kv_dim = (size_t)hp->n_head_kv * hp->head_dim_k,
            v_dim = (size_t)hp->n_head_kv * hp->head_dim_v, att_dim = (size_t)hp->n_head * hp->head_dim_v;
@@ -45,7 +44,7 @@ static int ensure_chunk_buffers(pkv_session *s, int n_tok, pkv_error *err) {
         pkv_work_grow((void **)&w->up, n * hp->n_ff * sizeof(float), err) ||
         pkv_work_grow((void **)&w->pos, n * sizeof(int32_t), err))
         return -1;
-    w->act_bytes = pkv_matmul_scratch_bytes(widest_input(s->model), n_tok, pkv_pool_size(s->pool));
+    w->act_bytes = pkv_matmul_scratch_bytes(widest_input(m), n_tok, pkv_pool_size(pool));
     if (pkv_work_grow(&w->act, w->act_bytes, err)) return -1;
     w->n_tok_cap = n_tok;
     return 0;
@@ -68,10 +67,10 @@ static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
     return 0;
 }
 
-/* ---------------------------------------------------------------- one layer, one chunk */
+/* ---------------------------------------------------------------- one layer's blocks */
 
-static void matmul(pkv_session *s, const pkv_tensor *wt, const float *x, int n_tok, float *y) {
-    pkv_matmul(&s->comp, wt, x, n_tok, y, s->work.act);
+static void matmul(const pkv_layer_ctx *c, const pkv_tensor *wt, const float *x, int n_tok, float *y) {
+    pkv_matmul(c->comp, wt, x, n_tok, y, c->work->act);
 }
 
 /* Per-head RMSNorm over head_dim (Gemma 3 QK-norm). */
@@ -79,20 +78,15 @@ static void head_norm(float *x, const pkv_tensor *w, int n_tok, int n_heads, int
     pkv_rmsnorm(x, x, w->data, head_dim, n_tok * n_heads, eps);
 }
 
-/* Attention block of layer il for the chunk's tokens at positions pos; x is
- * the chunk's slice of the residual stream, updated in place. */
-static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos, int n_tok, float *const *acc,
-                           pkv_layer_probe *probe, pkv_error *err) {
-    const pkv_model *m = s->model;
-    const pkv_hparams *hp = &m->hp;
-    const pkv_layer_weights *L = &m->layers[il];
-    pkv_work *w = &s->work;
-    bool swa = !pkv_layer_is_full(m, il);
-
+void pkv_layer_qkv(const pkv_layer_ctx *c, int il, const float *x, const int32_t *pos, int n_tok,
+                   pkv_layer_probe *probe) {
+    const pkv_hparams *hp = &c->model->hp;
+    const pkv_layer_weights *L = &c->model->layers[il];
+    pkv_work *w = c->work;
     pkv_rmsnorm(w->x, x, L->attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
     const pkv_tensor *qkv[3] = {&L->wq, &L->wk, &L->wv};
     float *qkv_out[3] = {w->q, w->k, w->v};
-    pkv_matmul_n(&s->comp, 3, qkv, w->x, n_tok, qkv_out, s->work.act);
+    pkv_matmul_n(c->comp, 3, qkv, w->x, n_tok, qkv_out, w->act);
     if (pkv_tensor_present(&L->bq)) {
         pkv_add_bias(w->q, L->bq.data, (int)L->bq.ne[0], n_tok);
         pkv_add_bias(w->k, L->bk.data, (int)L->bk.ne[0], n_tok);
@@ -103,11 +97,83 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
         head_norm(w->k, &L->k_norm, n_tok, hp->n_head_kv, hp->head_dim_k, hp->rms_eps);
     }
     /* Expected Attention's statistics are of the queries before RoPE */
-    if (probe) pkv_probe_query_stats(probe, hp, &s->comp, w->q, pos, n_tok);
+    if (probe) pkv_probe_query_stats(probe, hp, c->comp, w->q, pos, n_tok);
+}
+
+void pkv_layer_rope(const pkv_layer_ctx *c, int il, int row, const int32_t *pos, int n_tok, const pkv_work *freqs) {
+    const pkv_hparams *hp = &c->model->hp;
+    bool swa = !pkv_layer_is_full(c->model, il);
     const pkv_rope_params *rope = swa ? &hp->rope_local : &hp->rope_global;
-    const float *inv_freq = swa ? w->inv_freq_local : w->inv_freq_global;
-    pkv_rope(w->q, n_tok, hp->n_head, hp->head_dim_k, pos, rope, inv_freq);
-    pkv_rope(w->k, n_tok, hp->n_head_kv, hp->head_dim_k, pos, rope, inv_freq);
+    const float *inv_freq = swa ? freqs->inv_freq_local : freqs->inv_freq_global;
+    pkv_work *w = c->work;
+    pkv_rope(w->q + (int64_t)row * hp->n_head * hp->head_dim_k, n_tok, hp->n_head, hp->head_dim_k, pos, rope,
+             inv_freq);
+    pkv_rope(w->k + (int64_t)row * hp->n_head_kv * hp->head_dim_k, n_tok, hp->n_head_kv, hp->head_dim_k, pos, rope,
+             inv_freq);
+}
+
+void pkv_layer_attn_out(const pkv_layer_ctx *c, int il, float *x, int n_tok) {
+    const pkv_hparams *hp = &c->model->hp;
+    const pkv_layer_weights *L = &c->model->layers[il];
+    pkv_work *w = c->work;
+    matmul(c, &L->wo, w->att, n_tok, w->proj);
+    if (pkv_tensor_present(&L->post_attn_norm))
+        pkv_rmsnorm(w->proj, w->proj, L->post_attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
+    pkv_add(x, w->proj, (int64_t)n_tok * hp->n_embd);
+}
+
+/* Feed-forward block: GeGLU (Gemma) or SwiGLU (Llama, Qwen2). */
+void pkv_layer_ffn(const pkv_layer_ctx *c, int il, float *x, int n_tok) {
+    const pkv_model *m = c->model;
+    const pkv_hparams *hp = &m->hp;
+    const pkv_layer_weights *L = &m->layers[il];
+    pkv_work *w = c->work;
+
+    pkv_rmsnorm(w->x, x, L->ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
+    const pkv_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
+    float *gate_up_out[2] = {w->gate, w->up};
+    pkv_matmul_n(c->comp, 2, gate_up, w->x, n_tok, gate_up_out, w->act);
+    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(c->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    else pkv_silu_mul(c->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    matmul(c, &L->w_down, w->gate, n_tok, w->proj);
+    if (pkv_tensor_present(&L->post_ffn_norm))
+        pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
+    pkv_add(x, w->proj, (int64_t)n_tok * hp->n_embd);
+}
+
+void pkv_layer_logits(const pkv_layer_ctx *c, const float *h, int n_rows, float *logits) {
+    const pkv_model *m = c->model;
+    pkv_work *w = c->work;
+    pkv_rmsnorm(w->x, h, m->output_norm.data, m->hp.n_embd, n_rows, m->hp.rms_eps);
+    matmul(c, &m->output, w->x, n_rows, logits);
+    float cap = m->hp.final_logit_softcap;
+    if (cap > 0.0f)
+        for (int64_t i = 0; i < (int64_t)n_rows * m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+}
+
+void pkv_embed_rows(const pkv_layer_ctx *c, const int32_t *tokens, int n, float *hidden) {
+    const pkv_hparams *hp = &c->model->hp;
+    for (int t = 0; t < n; t++) {
+        float *row = hidden + (int64_t)t * hp->n_embd;
+        pkv_get_row(c->comp, &c->model->tok_embd, tokens[t], row);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < hp->n_embd; i++) row[i] *= hp->embd_scale;
+    }
+}
+
+/* ---------------------------------------------------------------- one layer, one chunk */
+
+static pkv_layer_ctx ctx_of(pkv_session *s) { return (pkv_layer_ctx){s->model, &s->comp, &s->work}; }
+
+/* Attention block of layer il for the chunk's tokens at positions pos; x is
+ * the chunk's slice of the residual stream, updated in place. */
+static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos, int n_tok, float *const *acc,
+                           pkv_layer_probe *probe, pkv_error *err) {
+    const pkv_hparams *hp = &s->model->hp;
+    pkv_work *w = &s->work;
+    pkv_layer_ctx c = ctx_of(s);
+    pkv_layer_qkv(&c, il, x, pos, n_tok, probe);
+    pkv_layer_rope(&c, il, 0, pos, n_tok, w);
 
     if (pkv_kvcache_reserve(&s->cache, il, n_tok, err)) return -1;
     pkv_kvcache_append(&s->cache, s->comp.kern, il, w->k, w->v, pos, n_tok);
@@ -117,43 +183,8 @@ static int attention_block(pkv_session *s, int il, float *x, const int32_t *pos,
     pkv_attn_params ap = {
         .n_head = hp->n_head, .scale = hp->attn_scale, .softcap = hp->attn_logit_softcap, .acc_probs = acc};
     pkv_attention(&s->comp, &s->cache, il, &ap, w->q, pos, n_tok, w->att, w->attn_scratch);
-    matmul(s, &L->wo, w->att, n_tok, w->proj);
-    if (pkv_tensor_present(&L->post_attn_norm))
-        pkv_rmsnorm(w->proj, w->proj, L->post_attn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    pkv_add(x, w->proj, (int64_t)n_tok * hp->n_embd);
+    pkv_layer_attn_out(&c, il, x, n_tok);
     return 0;
-}
-
-/* Feed-forward block: GeGLU (Gemma) or SwiGLU (Llama, Qwen2). */
-static void ffn_block(pkv_session *s, int il, float *x, int n_tok) {
-    const pkv_model *m = s->model;
-    const pkv_hparams *hp = &m->hp;
-    const pkv_layer_weights *L = &m->layers[il];
-    pkv_work *w = &s->work;
-
-    pkv_rmsnorm(w->x, x, L->ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    const pkv_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
-    float *gate_up_out[2] = {w->gate, w->up};
-    pkv_matmul_n(&s->comp, 2, gate_up, w->x, n_tok, gate_up_out, s->work.act);
-    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    else pkv_silu_mul(&s->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    matmul(s, &L->w_down, w->gate, n_tok, w->proj);
-    if (pkv_tensor_present(&L->post_ffn_norm))
-        pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
-    pkv_add(x, w->proj, (int64_t)n_tok * hp->n_embd);
-}
-
-/* ---------------------------------------------------------------- logits */
-
-/* logits[r] = output . rmsnorm(h[r]) for n_rows rows. */
-static void compute_logits(pkv_session *s, const float *h, int n_rows, float *logits) {
-    const pkv_model *m = s->model;
-    pkv_work *w = &s->work;
-    pkv_rmsnorm(w->x, h, m->output_norm.data, m->hp.n_embd, n_rows, m->hp.rms_eps);
-    matmul(s, &m->output, w->x, n_rows, logits);
-    float cap = m->hp.final_logit_softcap;
-    if (cap > 0.0f)
-        for (int64_t i = 0; i < (int64_t)n_rows * m->hp.n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
 }
 
 /* ---------------------------------------------------------------- the pass */
@@ -165,7 +196,8 @@ static int prepare_call(pkv_session *s, const int32_t *tokens, int n, bool every
         return pkv_fail(err, PKV_ERR_ARG,
                         "an earlier call on this session stopped midway (interrupted or out of memory): reset it first");
     int chunk_cap = n < s->opts.n_batch ? n : s->opts.n_batch;
-    if (ensure_chunk_buffers(s, chunk_cap < PKV_LOGIT_ROWS ? PKV_LOGIT_ROWS : chunk_cap, err)) return -1;
+    if (pkv_work_reserve(s->model, s->pool, &s->work, chunk_cap < PKV_LOGIT_ROWS ? PKV_LOGIT_ROWS : chunk_cap, err))
+        return -1;
     if (ensure_hidden(s, n, err)) return -1;
     if (every_row && !s->work.logit_rows &&
         pkv_work_grow((void **)&s->work.logit_rows, (size_t)PKV_LOGIT_ROWS * hp->n_vocab * sizeof(float), err))
@@ -177,17 +209,6 @@ static int prepare_call(pkv_session *s, const int32_t *tokens, int n, bool every
     return 0;
 }
 
-/* embeddings: x = token_embd[tok] * embd_scale */
-static void embed(pkv_session *s, const int32_t *tokens, int n) {
-    const pkv_hparams *hp = &s->model->hp;
-    for (int t = 0; t < n; t++) {
-        float *row = s->work.hidden + (int64_t)t * hp->n_embd;
-        pkv_get_row(&s->comp, &s->model->tok_embd, tokens[t], row);
-        if (hp->embd_scale != 1.0f)
-            for (int i = 0; i < hp->n_embd; i++) row[i] *= hp->embd_scale;
-    }
-}
-
 /* Layer il over the call's n tokens, chunk by chunk; probe (may be NULL)
  * keeps the window queries and, when it was sized for them, the attention
  * sums (pkv_probe_prepare). */
@@ -195,6 +216,7 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
     const pkv_hparams *hp = &s->model->hp;
     pkv_work *w = &s->work;
     int n_batch = s->opts.n_batch;
+    pkv_layer_ctx c = ctx_of(s);
     for (int c0 = 0; c0 < n; c0 += n_batch) {
         int nc = n - c0 < n_batch ? n - c0 : n_batch;
         for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;
@@ -203,7 +225,7 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
         if (probe) pkv_probe_capture(probe, hp, w->q, w->pos, c0, nc);
         /* a reconstruction pass: the press scores the context by these queries */
         if (s->recon && pkv_layer_is_full(s->model, il) && pkv_recon_observe(s, il, w->q, c0, nc, err)) return -1;
-        ffn_block(s, il, x, nc);
+        pkv_layer_ffn(&c, il, x, nc);
         /* sliding-window layers keep only what the next chunk can see */
         pkv_kvcache_trim_window(&s->cache, il, s->n_pos + c0 + nc);
     }
@@ -214,13 +236,14 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
 static void output_logits(pkv_session *s, int n, pkv_row_logits_fn row_fn, void *user) {
     const pkv_hparams *hp = &s->model->hp;
     pkv_work *w = &s->work;
+    pkv_layer_ctx c = ctx_of(s);
     if (!row_fn) {
-        compute_logits(s, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
+        pkv_layer_logits(&c, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
         return;
     }
     for (int r0 = 0; r0 < n; r0 += PKV_LOGIT_ROWS) {
         int nr = n - r0 < PKV_LOGIT_ROWS ? n - r0 : PKV_LOGIT_ROWS;
-        compute_logits(s, w->hidden + (int64_t)r0 * hp->n_embd, nr, w->logit_rows);
+        pkv_layer_logits(&c, w->hidden + (int64_t)r0 * hp->n_embd, nr, w->logit_rows);
         for (int r = 0; r < nr; r++) row_fn(user, r0 + r, w->logit_rows + (int64_t)r * hp->n_vocab);
     }
     memcpy(s->logits, w->logit_rows + (int64_t)((n - 1) % PKV_LOGIT_ROWS) * hp->n_vocab,
@@ -248,7 +271,8 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     s->probes_ok = false;
     s->probe_gen++;
 
-    embed(s, tokens, n);
+    pkv_layer_ctx c = ctx_of(s);
+    pkv_embed_rows(&c, tokens, n, s->work.hidden);
     /* from here on a failure leaves layers at different lengths: the session needs a reset */
     s->broken = true;
     for (int il = 0; il < s->model->hp.n_layer; il++) {

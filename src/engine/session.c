@@ -334,6 +334,22 @@ int pkv_session_positions(const pkv_session *s, int layer, int head, int32_t *ou
     return n;
 }
 
+int pkv_session_check_step(const pkv_session *s, int32_t token, pkv_error *err) {
+    if (s->broken)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "an earlier call on this session stopped midway (interrupted or out of memory): reset it first");
+    if (token < 0 || token >= s->model->hp.n_vocab)
+        return pkv_fail(err, PKV_ERR_ARG, "token %d is outside the vocabulary [0, %d)", token, s->model->hp.n_vocab);
+    return check_context(s, 1, err);
+}
+
+int pkv_session_take_token(pkv_session *s, int32_t token, pkv_error *err) {
+    if (remember_tokens(s, &token, 1, err)) return -1;
+    s->probes_ok = false;
+    s->probe_gen++;
+    return 0;
+}
+
 int pkv_decode(pkv_session *s, int32_t token, pkv_error *err) {
     pkv_error_clear(err);
     if (check_context(s, 1, err) || remember_tokens(s, &token, 1, err)) return -1;

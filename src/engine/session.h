@@ -10,6 +10,13 @@
  * recompress mode (docs/presses.md D.5): what pkv_prefill decides. */
 bool pkv_session_press_applies(const pkv_session *s, const pkv_press_cfg *press);
 
+/* A decode step's bookkeeping before its compute (the batched step,
+ * batch.c): check_step says whether the session can take the token (whole,
+ * the token in the vocabulary, room in the context); take_token records it,
+ * and the probes go stale. */
+int pkv_session_check_step(const pkv_session *s, int32_t token, pkv_error *err);
+int pkv_session_take_token(pkv_session *s, int32_t token, pkv_error *err);
+
 typedef struct pkv_recon_prompts pkv_recon_prompts;
 
 /* Where the context starts in a prompt and the instructions a
