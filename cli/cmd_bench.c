@@ -20,6 +20,10 @@ static const char BENCH_USAGE[] =
     "  -n N                 decode test: N steps from an empty cache (default 128; 0: none)\n"
     "      --depths LIST    decode ms/token after a prompt of each length, e.g. 1024,4096,16384\n"
     "      --depth-gen N    decode steps timed at each depth (default 32)\n"
+    "      --streams LIST   concurrent streams, e.g. 1,2,4,8: each its own prompt of --stream-depth\n"
+    "                       tokens (pressed by each press), then --depth-gen steps of all, batched\n"
+    "                       (one step for all: pkv_batch_decode) and one by one; t/s of all streams\n"
+    "      --stream-depth N prompt of each stream (default 512)\n"
     "      --presses LIST   presses compared at each depth (and in prefill tests), comma-separated\n"
     "                       NAME[:KEY=VALUE...], e.g. none,snapkv:budget=1024,streamingllm:budget=1024\n"
     "                       (default none; a --press below is added to the list)\n"
@@ -131,8 +135,8 @@ static double load_average(void) {
 
 typedef struct {
     cli_engine_args engine;
-    int_list prompts, depths, probes;
-    int n_gen, depth_gen;
+    int_list prompts, depths, probes, streams;
+    int n_gen, depth_gen, stream_depth;
     bool shared_prefill, csv, membw, membw_only;
     uint64_t membw_size, mem_cap;
     const char *svg_path, *csv_path, *presses;
@@ -147,6 +151,7 @@ static const cli_flag BENCH_FLAGS[] = {
     {"--membw-only", NULL, CLI_TRUE, offsetof(bench_args, membw_only), 0, 0, NULL},
     {"-n", NULL, CLI_INT, offsetof(bench_args, n_gen), 0, 1 << 20, NULL},
     {"--depth-gen", NULL, CLI_INT, offsetof(bench_args, depth_gen), 1, 1 << 20, NULL},
+    {"--stream-depth", NULL, CLI_INT, offsetof(bench_args, stream_depth), 1, 1 << 24, NULL},
     {"--presses", NULL, CLI_TEXT, offsetof(bench_args, presses), 0, 0, NULL},
     {"-r", NULL, CLI_INT, offsetof(bench_args, o.reps), 1, 1000, NULL},
     {"--seed", NULL, CLI_U64, offsetof(bench_args, o.seed), 0, 0, NULL},
@@ -161,7 +166,8 @@ static const cli_flag BENCH_FLAGS[] = {
 static int parse_list_flag(void *args, int argc, char **argv, int *i) {
     bench_args *a = args;
     const char *cmd = "bench", *f = argv[*i], *v;
-    bool known = !strcmp(f, "-p") || !strcmp(f, "--depths") || !strcmp(f, "--mem-probe") || !strcmp(f, "-o");
+    bool known = !strcmp(f, "-p") || !strcmp(f, "--depths") || !strcmp(f, "--mem-probe") || !strcmp(f, "-o") ||
+                 !strcmp(f, "--streams");
     if (!known) return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(f, "-p")) {
@@ -169,6 +175,8 @@ static int parse_list_flag(void *args, int argc, char **argv, int *i) {
         else if (!parse_list(cmd, f, v, 1, 1 << 24, &a->prompts)) return -1;
     } else if (!strcmp(f, "--depths")) {
         if (!parse_list(cmd, f, v, 1, 1 << 24, &a->depths)) return -1;
+    } else if (!strcmp(f, "--streams")) {
+        if (!parse_list(cmd, f, v, 1, PKV_BENCH_MAX_STREAMS, &a->streams)) return -1;
     } else if (!strcmp(f, "--mem-probe")) {
         if (!parse_list(cmd, f, v, 1, 1 << 24, &a->probes)) return -1;
         if (a->probes.n > PKV_BENCH_MAX_PROBES) {
@@ -303,6 +311,7 @@ int cmd_bench(int argc, char **argv) {
     a.prompts = (int_list){{512}, 1};
     a.n_gen = 128;
     a.depth_gen = 32;
+    a.stream_depth = 512;
     a.shared_prefill = true;
     a.membw = true;
     a.membw_size = 1ull << 30;
@@ -334,11 +343,11 @@ int cmd_bench(int argc, char **argv) {
         rc = run_mem(m, &a, presses, n_presses) ? EXIT_RUNTIME : 0;
         goto done;
     }
-    if (a.membw && (a.n_gen > 0 || a.depths.n > 0)) {
+    if (a.membw && (a.n_gen > 0 || a.depths.n > 0 || a.streams.n > 0)) {
         if (run_membw(&a, !a.csv, &bw)) goto done;
         a.o.mem_bw = bw;
     }
-    int n_res = a.prompts.n * n_presses + (a.n_gen > 0) + a.depths.n * n_presses, k = 0;
+    int n_res = a.prompts.n * n_presses + (a.n_gen > 0) + a.depths.n * n_presses + 2 * a.streams.n * n_presses, k = 0;
     res = calloc((size_t)(n_res ? n_res : 1), sizeof *res);
     if (!res) {
         cli_error(cmd, "out of memory");
@@ -355,6 +364,12 @@ int cmd_bench(int argc, char **argv) {
             goto fail;
         k += a.depths.n * n_presses;
     }
+    for (int p = 0; p < n_presses; p++)
+        for (int i = 0; i < a.streams.n; i++)
+            for (int batched = 1; batched >= 0; batched--)
+                if (pkv_bench_streams(m, &a.o, a.streams.v[i], a.stream_depth, a.depth_gen, presses[p], batched,
+                                      &res[k++], &err))
+                    goto fail;
     if (a.csv) pkv_bench_print_csv(stdout, res, k);
     else {
         printf("\n");

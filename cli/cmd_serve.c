@@ -27,6 +27,8 @@ static const char SERVE_USAGE[] =
     "      --port N            port (default 8080; 0: any free port, printed)\n"
     "      --alias NAME        the model's id in the API (default: the file name without .gguf)\n"
     "      --slots N           requests decoded in parallel (default 2)\n"
+    "      --no-batch          each slot decodes alone (default: the generating requests step\n"
+    "                          together, the weights read once a step for all of them)\n"
     "  -t, --threads N         threads per slot (default: the CPUs shared out among the slots)\n"
     "  -c, --ctx-size N        context per request, prompt + completion (default: the model's)\n"
     "  -b, --batch N           prefill chunk in tokens (default 512)\n"
@@ -76,6 +78,7 @@ static const cli_flag SERVE_FLAGS[] = {
     {"--alias", NULL, CLI_TEXT, offsetof(serve_args, alias), 0, 0, NULL},
     {"--port", NULL, CLI_INT, OPT(port), 0, 65535, NULL},
     {"--slots", NULL, CLI_INT, OPT(n_slots), 1, 256, NULL},
+    {"--no-batch", NULL, CLI_TRUE, OPT(no_batch), 0, 0, NULL},
     {"--ctx-size", "-c", CLI_INT, OPT(n_ctx), 1, 1 << 30, NULL},
     {"--queue", NULL, CLI_INT, OPT(queue_cap), 1, 1 << 20, NULL},
     {"--max-tokens", NULL, CLI_INT, OPT(max_tokens), 1, 1 << 30, NULL},

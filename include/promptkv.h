@@ -343,7 +343,9 @@ int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
  * cache (its own press and budget); afterwards each is as pkv_decode would
  * leave it, logits within float rounding. A refused step (a session broken,
  * out of context, a token outside the vocabulary, a session given twice)
- * changes none of them; a failure midway (interrupted, out of memory, a
+ * changes none of them, and so does a session with an interrupt pending
+ * (the step is short: interrupts are honoured between steps, so that one
+ * session's does not stop the others); a failure midway (out of memory, a
  * memory cap) leaves every session of the step to be reset. The batch holds
  * the step's buffers and threads (n_threads as pkv_session_opts'). */
 typedef struct pkv_batch pkv_batch;
@@ -362,6 +364,8 @@ const float *pkv_logits(const pkv_session *session);
 
 /* Logical length: positions consumed so far (drives RoPE for the next token). */
 int pkv_session_n_pos(const pkv_session *session);
+/* The session's context length: positions it can hold. */
+int pkv_session_n_ctx(const pkv_session *session);
 
 /* Bytes of KV cache currently held (keys, values and positions). */
 uint64_t pkv_session_cache_bytes(const pkv_session *session);
@@ -384,6 +388,8 @@ int pkv_session_positions(const pkv_session *session, int layer, int head, int32
 /* Ask a running prefill/decode to stop at the next layer boundary (safe from
  * a signal handler). The call in progress returns PKV_ERR_INTERRUPTED. */
 void pkv_session_interrupt(pkv_session *session);
+/* An interrupt is pending (set since the last reset). */
+bool pkv_session_interrupted(const pkv_session *session);
 
 /* ---------------------------------------------------------------- saved caches */
 
@@ -581,6 +587,13 @@ struct pkv_request_stats {
 int pkv_request_run(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
                     pkv_request_stats *stats, pkv_error *err);
 
+/* What pkv_request_run_from does before generating: tokenize (unless
+ * prompt is given), prefill as the mode says (from: as below), set
+ * stats->prefilled and call req->on_prefilled. The caller then generates
+ * (pkv_generation_new on the session, stepped alone or with others). */
+int pkv_request_prefill_all(pkv_session *session, const pkv_request *req, const pkv_request_prompt *prompt,
+                            const pkv_session *from, pkv_request_stats *stats, pkv_error *err);
+
 /* pkv_request_run starting from another session's state (a stored context:
  * pkv_request_prefill_compressed's from, below) whose tokens the prompt
  * begins with (n_compressed = from's length: pkv_request_tokenize_continuation,
@@ -613,6 +626,11 @@ void pkv_generation_free(pkv_generation *gen);
  * still running, or -1 when one failed (err; it is finished, the others are
  * stepped). */
 int pkv_generation_step(pkv_generation *const *gens, int n, pkv_error *err);
+/* The same step with the tokens of every generation that goes on run through
+ * the model together (pkv_batch_decode: the weights read once); a generation
+ * whose context is full ends as alone (PKV_FINISH_CONTEXT). A failure of the
+ * batched step fails every generation in it. batch NULL: pkv_generation_step. */
+int pkv_generation_step_batched(pkv_batch *batch, pkv_generation *const *gens, int n, pkv_error *err);
 bool pkv_generation_done(const pkv_generation *gen);
 /* The generated text so far (cut before a stop string). */
 const char *pkv_generation_text(const pkv_generation *gen, size_t *len);

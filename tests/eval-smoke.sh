@@ -62,17 +62,25 @@ out=$tmp/runs/smoke # a missing parent is created (as mkdir -p)
     --agree-k 4 -t 1 -o "$out" > "$tmp/smoke.log" 2>&1
 code=$?
 check exit_code [ "$code" = 0 ]
-# 15 tasks x 2 modes x (full + 2 presses x 2 budgets)
-check line_count [ "$(lines "$out/results.jsonl")" = 150 ]
-check whole_lines [ "$(grep -c '^{"key":".*}}$' "$out/results.jsonl")" = 150 ]
+# 15 tasks, and 2 multi-question tasks of 4 questions each, x 2 modes x (full + 2 presses x 2 budgets)
+check line_count [ "$(lines "$out/results.jsonl")" = 230 ]
+check whole_lines [ "$(grep -c '^{"key":".*}}$' "$out/results.jsonl")" = 230 ]
 for t in niah_single_1 niah_single_2 niah_single_3 niah_multikey_1 niah_multikey_2 niah_multikey_3 \
     niah_multivalue niah_multiquery vt cwe fwe longeval_lines niah_passkey_noise niah_passkey_essay niah_classic; do
     [ "$(grep -c "\"task\":\"$t\"" "$out/results.jsonl")" = 10 ] || bad "task_$t" "not 10 lines"
 done
+for t in niah_multiquestion longeval_multiquestion; do
+    [ "$(grep -c "\"task\":\"$t\"" "$out/results.jsonl")" = 40 ] || bad "task_$t" "not 40 lines"
+    for q in 0 1 2 3; do
+        [ "$(grep -c "\"key\":\"$t/2048/0/q$q/" "$out/results.jsonl")" = 10 ] || bad "task_${t}_q$q" "not 10 lines"
+    done
+done
 ok tasks_present
-check configs [ "$(grep -c '"config":"snapkv/b48"' "$out/results.jsonl")" = 30 ]
-check modes [ "$(grep -c '"mode":"query_aware"' "$out/results.jsonl")" = 75 ]
-check full_agrees [ "$(grep '"config":"full"' "$out/results.jsonl" | grep -c '"agree_top1":1,"kl":0,')" = 30 ]
+# a context's later questions in query-agnostic mode read the prefill its first one left
+check shared_prefill [ "$(grep -c '"prefill_shared":true' "$out/results.jsonl")" = 30 ]
+check configs [ "$(grep -c '"config":"snapkv/b48"' "$out/results.jsonl")" = 46 ]
+check modes [ "$(grep -c '"mode":"query_aware"' "$out/results.jsonl")" = 115 ]
+check full_agrees [ "$(grep '"config":"full"' "$out/results.jsonl" | grep -c '"agree_top1":1,"kl":0,')" = 46 ]
 check needle_retention [ "$(grep -c '"needle_kept_layers":\[{"layer":5,' "$out/results.jsonl")" -ge 100 ]
 check summary_md grep -q '^| config | niah_single_1 |' "$out/summary.md"
 check summary_md_costs grep -q 'decode ms/token' "$out/summary.md"

@@ -574,6 +574,61 @@ def test_concurrent_same_as_sequential(s):
     check(par == seq, "parallel requests give the sequential texts")
 
 
+def test_batched_streams_equal_alone(model, n_streams=4, max_tokens=12, chat=False):
+    """Streams decoded together in one batched step answer exactly as each alone (greedy), with and
+    without compression, joining and leaving at different times (different lengths); the metrics
+    show the steps were shared. The same requests on a --no-batch server give the same texts."""
+    reqs = []
+    for i in range(n_streams):
+        body = {"max_tokens": max_tokens - 3 * (i % 3), "temperature": 0}
+        text = f"Note {i}: the {['red', 'green', 'blue', 'white'][i % 4]} house stands by the river. " * (2 + 3 * i)
+        if chat:
+            body["messages"] = [{"role": "user", "content": text + "What stands by the river?"}]
+        else:
+            body["prompt"] = text
+        if i % 2:
+            body["kv_compression"] = {"press": "snapkv", "budget": 24, "window": 8}
+        reqs.append(body)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+
+    def answer(s, body):
+        status, out = s.post(path, body)
+        check(status == 200, f"status {status}: {out}")
+        c = out["choices"][0]
+        return c["message"]["content"] if chat else c["text"]
+
+    texts = {}
+    for flags in ([], ["--no-batch"]):
+        s = Server(model, "--slots", str(n_streams), "-c", "2048", "--quiet", *flags)
+        try:
+            alone = [answer(s, b) for b in reqs]
+            before = s.metrics()
+            together = [None] * n_streams
+
+            def one(i):
+                together[i] = answer(s, reqs[i])
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(n_streams)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            after = s.metrics()
+        finally:
+            code = s.stop()
+        check(code == 0, f"exit code {code}")
+        for i in range(n_streams):
+            check(together[i] == alone[i], f"{flags} stream {i}: {together[i]!r} together, {alone[i]!r} alone")
+        steps = after["promptkv_batch_steps_total"] - before["promptkv_batch_steps_total"]
+        rows = after["promptkv_batch_streams_total"] - before["promptkv_batch_streams_total"]
+        if flags:
+            check(steps == 0, f"--no-batch ran {steps} batched steps")
+        else:
+            check(steps > 0 and rows / steps > 1.3, f"mean batch {rows}/{steps}: the streams were not stepped together")
+        texts[tuple(flags)] = alone
+    check(texts[()] == texts[("--no-batch",)], "the --no-batch server answers otherwise")
+
+
 def test_metrics(s):
     before = s.metrics()
     s.client.completions.create(model="m", prompt="Hello", max_tokens=3, temperature=0)
@@ -1158,6 +1213,8 @@ def main():
         run_test("nan_model", test_nan_model, tmpdir)
         run_test("chat_template_from_gguf", test_chat_template_from_gguf, tmpdir)
     run_test("kv_mem_too_big", test_kv_mem_too_big, TINY)
+    # long answers, so that the tiny model's streams overlap in time
+    run_test("batched_streams_equal_alone", test_batched_streams_equal_alone, TINY, 4, 600)
     for name, fn in [("contexts_tiny", test_contexts_tiny), ("contexts_memory", test_contexts_memory),
                      ("contexts_bad_files", test_contexts_bad_files)]:
         with tempfile.TemporaryDirectory() as tmpdir:
@@ -1181,6 +1238,7 @@ def main():
     if os.path.exists(QWEN):
         with tempfile.TemporaryDirectory() as tmpdir:
             run_test("real_contexts_qwen", test_real_contexts_qwen, tmpdir)
+        run_test("real_batched_streams_qwen", test_batched_streams_equal_alone, QWEN, 4, 16, True)
     else:
         print(f"skip server_real_contexts_qwen: {QWEN} is absent (make model)")
     # a server built with sanitizers reports on stderr (and exits non-zero, checked above)

@@ -227,3 +227,83 @@ TEST(batch_refusals_change_nothing) {
     pkv_model_free(m);
     pkv_model_free(other);
 }
+
+/* Generations stepped together through one batch write the texts each
+ * writes alone (greedy), whatever their lengths, stops and presses; one
+ * interrupted generation ends and the others go on. */
+TEST(batch_generation_steps_equal_alone) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY_QWEN, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    int nv = pkv_n_vocab(m);
+    enum { G = 4 };
+    const int lens[G] = {30, 75, 52, 110};
+    const int max_tokens[G] = {9, 20, 14, 20};
+    const char *press[G] = {NULL, "snapkv", "knorm", "streamingllm"};
+    pkv_press_cfg *cfg[G] = {NULL};
+    int32_t toks[G][120];
+    pkv_request req[G];
+    char *alone_text[G];
+    for (int i = 0; i < G; i++) {
+        prompt_tokens(toks[i], lens[i], nv, 300 + (uint32_t)i);
+        if (press[i]) {
+            const char *o[] = {"budget", "20", "window", "8", NULL};
+            REQUIRE(cfg[i] = test_press_cfg(press[i], o));
+        }
+        pkv_request_init(&req[i]);
+        req[i].tokens = toks[i];
+        req[i].n_tokens = lens[i];
+        req[i].press = cfg[i];
+        req[i].max_tokens = max_tokens[i];
+        req[i].ignore_eos = true;
+        pkv_session *s = session(m, 256);
+        REQUIRE(s);
+        REQUIRE_MSG(pkv_request_prefill_all(s, &req[i], NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        pkv_generation *one = pkv_generation_new(s, &req[i], &err);
+        REQUIRE(one);
+        while (pkv_generation_step(&one, 1, &err) > 0) {}
+        size_t len;
+        const char *t = pkv_generation_text(one, &len);
+        alone_text[i] = strndup(t, len);
+        pkv_generation_free(one);
+        pkv_session_free(s);
+    }
+    for (int round = 0; round < 2; round++) {
+        pkv_session *ss[G];
+        pkv_generation *gs[G];
+        for (int i = 0; i < G; i++) {
+            REQUIRE(ss[i] = session(m, 256));
+            REQUIRE(pkv_request_prefill_all(ss[i], &req[i], NULL, NULL, NULL, &err) == 0);
+            REQUIRE(gs[i] = pkv_generation_new(ss[i], &req[i], &err));
+        }
+        pkv_batch *b = pkv_batch_new(m, 2, &err);
+        REQUIRE(b);
+        int steps = 0, rc;
+        while ((rc = pkv_generation_step_batched(b, gs, G, &err)) != 0) {
+            if (round == 1 && steps == 3) pkv_session_interrupt(ss[1]); /* round 2: stream 1 stopped midway */
+            if (rc < 0) CHECK_MSG(round == 1 && err.code == PKV_ERR_INTERRUPTED, "step %d: %s", steps, err.msg);
+            steps++;
+            REQUIRE(steps < 100);
+        }
+        for (int i = 0; i < G; i++) {
+            size_t len;
+            const char *t = pkv_generation_text(gs[i], &len);
+            if (round == 1 && i == 1) {
+                CHECK(len < strlen(alone_text[i]) && !strncmp(t, alone_text[i], len));
+                continue;
+            }
+            CHECK_MSG(len == strlen(alone_text[i]) && !memcmp(t, alone_text[i], len),
+                      "round %d stream %d: '%.*s' batched, '%s' alone", round, i, (int)len, t, alone_text[i]);
+        }
+        pkv_batch_free(b);
+        for (int i = 0; i < G; i++) {
+            pkv_generation_free(gs[i]);
+            pkv_session_free(ss[i]);
+        }
+    }
+    for (int i = 0; i < G; i++) {
+        free(alone_text[i]);
+        pkv_press_cfg_free(cfg[i]);
+    }
+    pkv_model_free(m);
+}

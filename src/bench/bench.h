@@ -94,7 +94,7 @@ int pkv_bench_membw(uint64_t buf_bytes, int n_threads, int passes, double *bytes
 
 /* ---------------------------------------------------------------- runs */
 
-typedef enum { PKV_BENCH_PP, PKV_BENCH_TG, PKV_BENCH_DEPTH } pkv_bench_kind;
+typedef enum { PKV_BENCH_PP, PKV_BENCH_TG, PKV_BENCH_DEPTH, PKV_BENCH_STREAMS } pkv_bench_kind;
 
 struct pkv_bench_result {
     pkv_bench_kind kind;
@@ -115,6 +115,8 @@ struct pkv_bench_result {
     uint64_t peak_rss;       /* bytes; 0: not measured */
     uint64_t decode_bytes_per_token; /* tg, depth: weights + cache read per step */
     double bw_fraction;      /* tg, depth: of the bandwidth bound; 0: unknown */
+    int n_streams;           /* streams: sessions decoding together (t/s: all of them; ms/token: a step) */
+    bool batched;            /* streams: one batched step for all, or each stream's own step in turn */
 };
 
 /* ppN: prefill tok/s of n_prompt random tokens through press (may be NULL). */
@@ -136,6 +138,16 @@ int pkv_bench_decode(pkv_model *model, const pkv_bench_opts *opts, int n_gen, pk
 int pkv_bench_depths(pkv_model *model, const pkv_bench_opts *opts, const int *depths, int n_depths, int n_gen,
                      const pkv_press_cfg *const *presses, int n_presses, bool shared_prefill, pkv_bench_result *out,
                      pkv_error *err);
+
+/* Concurrent streams: n_seq sessions, each with its own depth-token random
+ * prompt compressed by press (may be NULL), then n_gen decode steps of all of
+ * them — batched (pkv_batch_decode: the weights read once a step) or one by
+ * one (pkv_decode of each in turn, as a server without batching interleaves
+ * them). t/s counts every stream's tokens; ms/token is a step, the time
+ * between two tokens of one stream; cache bytes are all streams'. */
+enum { PKV_BENCH_MAX_STREAMS = 64 };
+int pkv_bench_streams(pkv_model *model, const pkv_bench_opts *opts, int n_seq, int depth, int n_gen,
+                      const pkv_press_cfg *press, bool batched, pkv_bench_result *out, pkv_error *err);
 
 /* ---------------------------------------------------------------- memory cap */
 

@@ -35,7 +35,7 @@ static const struct {
     int width;
     bool right;
 } TABLE_COLS[N_TABLE_COLS] = {
-    {"test", 14, false},      {"press", 28, false},           {"threads", 7, true},
+    {"test", 20, false},      {"press", 28, false},           {"threads", 7, true},
     {"t/s", 20, true},        {"t/s min", 9, true},           {"ms/token", 9, true},
     {"prefill s", 10, true},  {"press s (share)", 17, false}, {"cache MiB (full)", 18, false},
     {"peak RSS MiB", 12, true}, {"BW frac", 7, true},
@@ -63,8 +63,9 @@ void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
         snprintf(v[3], sizeof v[3], "%.2f ± %.2f", x->tok_per_s.median, x->tok_per_s.stddev);
         snprintf(v[4], sizeof v[4], "%.2f", x->tok_per_s.min);
         snprintf(v[5], sizeof v[5], "%.2f", x->ms_per_token.median);
-        if (x->kind != PKV_BENCH_TG) snprintf(v[6], sizeof v[6], "%.2f", x->prefill_seconds);
-        if (strcmp(x->press, "none") && x->kind != PKV_BENCH_TG)
+        bool prefilled = x->kind == PKV_BENCH_PP || x->kind == PKV_BENCH_DEPTH;
+        if (prefilled) snprintf(v[6], sizeof v[6], "%.2f", x->prefill_seconds);
+        if (strcmp(x->press, "none") && prefilled)
             snprintf(v[7], sizeof v[7], "%.3f (%.1f%%)", x->press_seconds, 100.0 * x->press_share);
         snprintf(v[8], sizeof v[8], "%.1f (%.1f)", mib(x->cache_bytes), mib(x->cache_bytes_full));
         if (x->peak_rss) snprintf(v[9], sizeof v[9], "%.0f", mib(x->peak_rss));
@@ -78,12 +79,13 @@ static const char *const CSV_COLUMNS[] = {
     "test", "kind", "press", "n_prompt", "n_gen", "threads", "reps", "tps_median", "tps_min", "tps_max",
     "tps_mean", "tps_stddev", "ms_per_token_median", "ms_per_token_min", "prefill_s", "press_s", "press_share",
     "shared_prefill", "cache_bytes", "cache_bytes_full", "peak_rss_bytes", "decode_bytes_per_token", "bw_fraction",
+    "streams", "batched",
 };
 
 int pkv_bench_csv_columns(void) { return (int)(sizeof CSV_COLUMNS / sizeof CSV_COLUMNS[0]); }
 
 static const char *kind_name(pkv_bench_kind k) {
-    return k == PKV_BENCH_PP ? "pp" : k == PKV_BENCH_TG ? "tg" : "depth";
+    return k == PKV_BENCH_PP ? "pp" : k == PKV_BENCH_TG ? "tg" : k == PKV_BENCH_DEPTH ? "depth" : "streams";
 }
 
 /* A CSV field in double quotes, quotes doubled (RFC 4180). */
@@ -103,12 +105,13 @@ void pkv_bench_print_csv(FILE *out, const pkv_bench_result *r, int n) {
         const pkv_bench_result *x = &r[i];
         fprintf(out, "%s,%s,", x->test, kind_name(x->kind));
         csv_quoted(out, x->press);
-        fprintf(out, ",%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%d,%llu,%llu,%llu,%llu,%.4f\n",
+        fprintf(out, ",%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%d,%llu,%llu,%llu,%llu,%.4f,%d,%d\n",
                 x->n_prompt, x->n_gen, x->n_threads, x->reps, x->tok_per_s.median, x->tok_per_s.min,
                 x->tok_per_s.max, x->tok_per_s.mean, x->tok_per_s.stddev, x->ms_per_token.median,
                 x->ms_per_token.min, x->prefill_seconds, x->press_seconds, x->press_share, x->shared_prefill ? 1 : 0,
                 (unsigned long long)x->cache_bytes, (unsigned long long)x->cache_bytes_full,
-                (unsigned long long)x->peak_rss, (unsigned long long)x->decode_bytes_per_token, x->bw_fraction);
+                (unsigned long long)x->peak_rss, (unsigned long long)x->decode_bytes_per_token, x->bw_fraction,
+                x->n_streams, x->batched ? 1 : 0);
     }
 }
 

@@ -361,3 +361,87 @@ done:
     free(ms);
     return rc;
 }
+
+/* ---------------------------------------------------------------- concurrent streams */
+
+/* n_gen steps of every stream: batched (one pkv_batch_decode a step) or one
+ * by one (pkv_decode of each stream in turn, as interleaved serving runs them). */
+static int stream_steps(pkv_session **d, int n_seq, pkv_batch *b, const pkv_model *m, uint64_t *rng, int n_gen,
+                        double *seconds, pkv_error *err) {
+    int32_t tok[PKV_BENCH_MAX_STREAMS];
+    double t0 = pkv_now_seconds();
+    for (int i = 0; i < n_gen; i++) {
+        for (int k = 0; k < n_seq; k++) tok[k] = random_token(m, rng);
+        if (b) {
+            if (pkv_batch_decode(b, d, tok, n_seq, err)) return -1;
+        } else {
+            for (int k = 0; k < n_seq; k++)
+                if (pkv_decode(d[k], tok[k], err)) return -1;
+        }
+    }
+    *seconds = pkv_now_seconds() - t0;
+    return 0;
+}
+
+int pkv_bench_streams(pkv_model *m, const pkv_bench_opts *o, int n_seq, int depth, int n_gen,
+                      const pkv_press_cfg *press, bool batched, pkv_bench_result *out, pkv_error *err) {
+    if (n_seq < 1 || n_seq > PKV_BENCH_MAX_STREAMS)
+        return pkv_fail(err, PKV_ERR_ARG, "bench: streams must be in [1, %d], got %d", PKV_BENCH_MAX_STREAMS, n_seq);
+    if (n_gen < 1 || depth < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: streams need a depth and steps >= 1");
+    int reps = reps_of(o);
+    init_result(out, PKV_BENCH_STREAMS, o);
+    snprintf(out->test, sizeof out->test, "tg%d@d%d x%d %s", n_gen, depth, n_seq, batched ? "batch" : "serial");
+    describe_press(press, out->press, sizeof out->press);
+    out->n_prompt = depth;
+    out->n_gen = n_gen;
+    out->n_streams = n_seq;
+    out->batched = batched;
+    pkv_session *src[PKV_BENCH_MAX_STREAMS] = {0}, *d[PKV_BENCH_MAX_STREAMS] = {0};
+    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+    int32_t *tokens = malloc((size_t)depth * sizeof *tokens);
+    pkv_batch *b = batched ? pkv_batch_new(m, o->n_threads, err) : NULL;
+    int rc = -1;
+    if (!tps || !ms || !tokens) {
+        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
+        goto done;
+    }
+    if (batched && !b) goto done;
+    /* every stream its own prompt, pressed by its own copy of the press */
+    uint64_t rng = o->seed ^ 0x2545f4914f6cdd1dull;
+    for (int k = 0; k < n_seq; k++) {
+        if (!(src[k] = pkv_bench_session_new(m, o, depth + n_gen + 8, 0, false, err)) ||
+            !(d[k] = pkv_bench_session_new(m, o, depth + n_gen + 8, 0, false, err)))
+            goto done;
+        prompt_tokens(m, &rng, tokens, depth);
+        progress(o, "%s: prompt of stream %d", out->test, k + 1);
+        pkv_prefill_stats st;
+        if (pkv_prefill(src[k], tokens, depth, press, &st, err)) goto done;
+        out->cache_bytes += st.cache_bytes;
+        out->cache_bytes_full += st.cache_bytes_full;
+    }
+    double sec;
+    for (int r = -1; r < reps; r++) {
+        if (r < 0 && !o->warmup) continue;
+        progress(o, "%s: %s", out->test, r < 0 ? "warmup" : "repetition");
+        for (int k = 0; k < n_seq; k++)
+            if (restore(d[k], src[k], err)) goto done;
+        if (stream_steps(d, n_seq, b, m, &rng, r < 0 ? 1 : n_gen, &sec, err)) goto done;
+        if (r < 0) continue;
+        tps[r] = (double)n_seq * n_gen / sec; /* all streams' tokens */
+        ms[r] = 1000.0 * sec / n_gen;         /* a step: each stream's time between its tokens */
+    }
+    pkv_bench_stat_of(tps, reps, &out->tok_per_s);
+    pkv_bench_stat_of(ms, reps, &out->ms_per_token);
+    report(o, out);
+    rc = 0;
+done:
+    for (int k = 0; k < n_seq; k++) {
+        pkv_session_free(src[k]);
+        pkv_session_free(d[k]);
+    }
+    pkv_batch_free(b);
+    free(tps);
+    free(ms);
+    free(tokens);
+    return rc;
+}

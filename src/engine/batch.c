@@ -137,12 +137,15 @@ int pkv_batch_decode(pkv_batch *b, pkv_session *const *sessions, const int32_t *
     pkv_error_clear(err);
     if (check_sessions(b, sessions, n, err) || reserve(b, n, err)) return -1;
     /* every session checked before any changes: a refused step leaves them all as they were */
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (atomic_load(&sessions[i]->interrupted))
+            return pkv_fail(err, PKV_ERR_INTERRUPTED, "pkv_batch_decode: session %d was interrupted", i);
         if (pkv_session_check_step(sessions[i], tokens[i], err)) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
             return pkv_fail(err, err->code, "pkv_batch_decode: session %d: %s", i, msg);
         }
+    }
     for (int i = 0; i < n; i++) {
         if (pkv_session_take_token(sessions[i], tokens[i], err)) return -1;
         b->work.pos[i] = sessions[i]->n_pos;
@@ -151,12 +154,8 @@ int pkv_batch_decode(pkv_batch *b, pkv_session *const *sessions, const int32_t *
     pkv_embed_rows(&c, tokens, n, b->hidden);
     /* from here on a failure leaves layers at different lengths: every session needs a reset */
     for (int i = 0; i < n; i++) sessions[i]->broken = true;
-    for (int il = 0; il < b->model->hp.n_layer; il++) {
-        for (int i = 0; i < n; i++)
-            if (atomic_load(&sessions[i]->interrupted))
-                return pkv_fail(err, PKV_ERR_INTERRUPTED, "session %d interrupted at layer %d", i, il);
+    for (int il = 0; il < b->model->hp.n_layer; il++)
         if (step_layer(b, sessions, n, il, err)) return -1;
-    }
     pkv_layer_logits(&c, b->hidden, n, b->logits);
     const pkv_hparams *hp = &b->model->hp;
     for (int i = 0; i < n; i++) {

@@ -100,9 +100,13 @@ static void finish(pkv_generation *g, pkv_finish why) {
     g->done = true;
 }
 
-static int step(pkv_generation *g, pkv_error *err) {
+/* A step up to its decode: sample, turn the token into text, call back.
+ * *decode gets the token to run through the model, or -1 when the step
+ * ended the generation. */
+static int sample_and_emit(pkv_generation *g, int32_t *decode, pkv_error *err) {
     const pkv_request *req = g->req;
     const float *logits = pkv_logits(g->session);
+    *decode = -1;
     int32_t tok = pkv_sample(g->sampler, logits, err);
     if (tok < 0) { /* no finite logit: an error, never a random token */
         finish(g, PKV_FINISH_NONE);
@@ -138,16 +142,28 @@ static int step(pkv_generation *g, pkv_error *err) {
         finish(g, PKV_FINISH_CALLER);
         return 0;
     }
+    *decode = tok;
+    return 0;
+}
+
+/* The context is full: what was generated stands (err says why). */
+static void context_full(pkv_generation *g) {
+    pkv_textout_finish(&g->text);
+    emit(g, -1, NULL, false, PKV_FINISH_CONTEXT);
+    finish(g, PKV_FINISH_CONTEXT);
+}
+
+static int step(pkv_generation *g, pkv_error *err) {
+    int32_t tok;
+    if (sample_and_emit(g, &tok, err)) return -1;
+    if (tok < 0) return 0;
     double t0 = pkv_now_seconds();
     if (pkv_decode(g->session, tok, err)) {
         if (err->code != PKV_ERR_LIMIT) {
             finish(g, PKV_FINISH_NONE);
             return -1;
         }
-        /* the context is full: what was generated stands (err says why) */
-        pkv_textout_finish(&g->text);
-        emit(g, -1, NULL, false, PKV_FINISH_CONTEXT);
-        finish(g, PKV_FINISH_CONTEXT);
+        context_full(g);
         return 0;
     }
     g->decode_seconds += pkv_now_seconds() - t0;
@@ -169,6 +185,65 @@ int pkv_generation_step(pkv_generation *const *gens, int n, pkv_error *err) {
         running += !gens[i]->done;
     }
     return rc ? -1 : running;
+}
+
+enum { STEP_CHUNK = 64 }; /* generations decoded in one batched forward pass at most */
+
+int pkv_generation_step_batched(pkv_batch *batch, pkv_generation *const *gens, int n, pkv_error *err) {
+    if (!batch) return pkv_generation_step(gens, n, err);
+    int rc = 0;
+    pkv_error step_err;
+    for (int c0 = 0; c0 < n; c0 += STEP_CHUNK) {
+        int nc = n - c0 < STEP_CHUNK ? n - c0 : STEP_CHUNK;
+        pkv_generation *go[STEP_CHUNK];
+        pkv_session *ss[STEP_CHUNK];
+        int32_t toks[STEP_CHUNK];
+        int k = 0;
+        for (int i = c0; i < c0 + nc; i++) {
+            pkv_generation *g = gens[i];
+            if (g->done) continue;
+            int32_t tok;
+            if (sample_and_emit(g, &tok, &step_err)) {
+                if (rc == 0 && err) *err = step_err;
+                rc = -1;
+                continue;
+            }
+            if (tok < 0) continue;
+            if (pkv_session_interrupted(g->session)) { /* its caller stopped it: the others go on */
+                pkv_fail(&step_err, PKV_ERR_INTERRUPTED, "interrupted");
+                if (rc == 0 && err) *err = step_err;
+                rc = -1;
+                finish(g, PKV_FINISH_NONE);
+                continue;
+            }
+            if (pkv_session_n_pos(g->session) >= pkv_session_n_ctx(g->session)) {
+                pkv_fail(&step_err, PKV_ERR_LIMIT, "the context of %d tokens is full", pkv_session_n_ctx(g->session));
+                if (rc == 0 && err) *err = step_err;
+                context_full(g);
+                continue;
+            }
+            go[k] = g;
+            ss[k] = g->session;
+            toks[k++] = tok;
+        }
+        if (k == 0) continue;
+        double t0 = pkv_now_seconds();
+        if (pkv_batch_decode(batch, ss, toks, k, &step_err)) {
+            for (int j = 0; j < k; j++) finish(go[j], PKV_FINISH_NONE);
+            if (rc == 0 && err) *err = step_err;
+            rc = -1;
+            continue;
+        }
+        double dt = pkv_now_seconds() - t0;
+        for (int j = 0; j < k; j++) {
+            go[j]->decode_seconds += dt; /* each stream waited the whole step */
+            go[j]->n_decoded++;
+        }
+    }
+    if (rc) return -1;
+    int running = 0;
+    for (int i = 0; i < n; i++) running += !gens[i]->done;
+    return running;
 }
 
 int pkv_generate(pkv_session *s, const pkv_request *req, pkv_request_stats *stats, pkv_error *err) {

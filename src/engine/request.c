@@ -196,8 +196,8 @@ int pkv_request_run(pkv_session *s, const pkv_request *req, const pkv_request_pr
     return pkv_request_run_from(s, req, prompt, NULL, stats, err);
 }
 
-int pkv_request_run_from(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
-                         const pkv_session *from, pkv_request_stats *stats, pkv_error *err) {
+int pkv_request_prefill_all(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
+                            const pkv_session *from, pkv_request_stats *stats, pkv_error *err) {
     pkv_request_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
@@ -214,10 +214,17 @@ int pkv_request_run_from(pkv_session *s, const pkv_request *req, const pkv_reque
     if (rc == 0) {
         stats->prefilled = true;
         if (req->on_prefilled) req->on_prefilled(req->user, stats);
-        rc = pkv_generate(s, req, stats, err);
     }
     pkv_request_prompt_free(&own);
     return rc;
+}
+
+int pkv_request_run_from(pkv_session *s, const pkv_request *req, const pkv_request_prompt *prompt,
+                         const pkv_session *from, pkv_request_stats *stats, pkv_error *err) {
+    pkv_request_stats local;
+    if (!stats) stats = &local;
+    int rc = pkv_request_prefill_all(s, req, prompt, from, stats, err);
+    return rc == 0 ? pkv_generate(s, req, stats, err) : rc;
 }
 
 /* ---------------------------------------------------------------- the cache estimate */

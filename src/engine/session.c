@@ -130,9 +130,13 @@ void pkv_session_reset(pkv_session *s) {
 
 void pkv_session_interrupt(pkv_session *s) { atomic_store(&s->interrupted, 1); }
 
+bool pkv_session_interrupted(const pkv_session *s) { return atomic_load(&s->interrupted) != 0; }
+
 const pkv_model *pkv_session_model(const pkv_session *s) { return s->model; }
 
 int pkv_session_n_pos(const pkv_session *s) { return s->n_pos; }
+
+int pkv_session_n_ctx(const pkv_session *s) { return s->opts.n_ctx; }
 
 uint64_t pkv_session_cache_bytes(const pkv_session *s) { return pkv_kvcache_bytes(&s->cache); }
 

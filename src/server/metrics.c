@@ -72,6 +72,10 @@ char *srv_metrics_text(const srv_metrics *m) {
     metric_real(&t, "promptkv_decode_tokens_per_second", "gauge",
             "Decoded tokens per second of decode, since start (per slot).",
             3, rate((double)m->decoded_tokens, m->decode_seconds));
+    metric_u64(&t, "promptkv_batch_steps_total", "counter",
+               "Batched decode steps (one forward pass for every generating request).", m->batch_steps);
+    metric_u64(&t, "promptkv_batch_streams_total", "counter",
+               "Streams those steps decoded in all (over promptkv_batch_steps_total: the mean batch).", m->batch_rows);
     metric_u64(&t, "promptkv_cache_bytes_in_use", "gauge",
             "KV-cache bytes the running requests hold.", m->cache_bytes_in_use);
     metric_u64(&t, "promptkv_cache_bytes_saved", "gauge",

@@ -347,6 +347,22 @@ static void run_store_job(srv_slot *slot, srv_job *job) {
     pthread_mutex_unlock(&sc->mu);
 }
 
+/* The generation of a prefilled request: with the other generating requests
+ * in the decoder's batch, or alone on this slot. */
+static int generate(srv_sched *sc, pkv_session *s, const pkv_request *req, pkv_request_stats *st, pkv_error *err) {
+    pkv_generation *g = pkv_generation_new(s, req, err);
+    if (!g) return -1;
+    int rc;
+    if (sc->decoder) {
+        rc = srv_decoder_run(sc->decoder, g, err);
+    } else {
+        while ((rc = pkv_generation_step(&g, 1, err)) > 0) {}
+    }
+    pkv_generation_stats(g, st);
+    pkv_generation_free(g);
+    return rc < 0 ? -1 : 0;
+}
+
 /* The request, run by the engine: usage recorded once the prompt is read,
  * the text streamed to the job, the outcome recorded. */
 static void run_job(srv_slot *slot, srv_job *job) {
@@ -361,11 +377,12 @@ static void run_job(srv_slot *slot, srv_job *job) {
     req.user = &pb;
     pkv_request_stats st = {0};
     pkv_error err;
-    int rc = pkv_request_run_from(slot->session, &req, &job->in.prompt, job->from ? job->from->session : NULL, &st,
-                                  &err);
+    srv_sched *sc = slot->sc;
+    int rc = pkv_request_prefill_all(slot->session, &req, &job->in.prompt, job->from ? job->from->session : NULL, &st,
+                                     &err);
+    if (rc == 0) rc = generate(sc, slot->session, &req, &st, &err);
     if (rc && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
     if (!st.prefilled) return;
-    srv_sched *sc = slot->sc;
     pthread_mutex_lock(&sc->mu);
     /* no finite logit: a 500 without a finish reason; a failed step otherwise ends with "length" */
     const char *finish = rc ? (err.code == PKV_ERR_NUMERIC ? NULL : "length") : finish_reason(st.finish);
@@ -455,6 +472,11 @@ int srv_sched_start(srv_sched *sc, pkv_model *model, const srv_sched_opts *opts,
             return -1;
         }
     }
+    /* the batched step gets every slot's threads: the slots wait while it runs */
+    if (opts->batch_decode && !(sc->decoder = srv_decoder_start(model, opts->threads_per_slot * opts->n_slots, err))) {
+        srv_sched_stop(sc);
+        return -1;
+    }
     for (int i = 0; i < opts->n_slots; i++) {
         int rc = pthread_create(&sc->slots[i].thread, NULL, slot_main, &sc->slots[i]);
         if (rc) {
@@ -496,6 +518,7 @@ void srv_sched_stop(srv_sched *sc) {
     pthread_cond_broadcast(&sc->work_cv);
     pthread_mutex_unlock(&sc->mu);
     for (int i = 0; i < sc->n_started; i++) pthread_join(sc->slots[i].thread, NULL);
+    srv_decoder_stop(sc->decoder); /* after the slots: no stream is left */
     for (int i = 0; sc->slots && i < sc->opts.n_slots; i++) pkv_session_free(sc->slots[i].session);
     free(sc->slots);
     free(sc->queue);
@@ -550,5 +573,6 @@ void srv_sched_metrics(srv_sched *sc, srv_metrics *out) {
         out->cache_bytes_saved += sc->slots[i].saved_bytes;
     }
     pthread_mutex_unlock(&sc->mu);
+    if (sc->decoder) srv_decoder_counts(sc->decoder, &out->batch_steps, &out->batch_rows);
     if (sc->opts.store) srv_store_get_stats(sc->opts.store, &out->store);
 }

@@ -15,6 +15,7 @@
 
 #include "base/clock.h"
 #include "contexts.h"
+#include "decoder.h"
 #include "prompt.h"
 #include "promptkv.h"
 #include "request.h"
@@ -61,12 +62,14 @@ typedef struct {
     int queue_cap;             /* requests waiting for a slot */
     double queue_timeout;      /* seconds a request may wait */
     srv_store *store;          /* the context store: where context requests put what they make */
+    bool batch_decode;         /* the generating requests decode as one batch (decoder.h) */
 } srv_sched_opts;
 
 /* Counters and gauges for /metrics. */
 typedef struct {
     uint64_t requests_total[3][6]; /* [endpoint: completions, chat, contexts][status class: 2xx, 400, 413, 429, 503, other] */
     uint64_t prompt_tokens, completion_tokens, decoded_tokens;
+    uint64_t batch_steps, batch_rows; /* batched decode steps, and the streams they stepped */
     double prefill_seconds, decode_seconds;
     uint64_t compressed_requests, compression_saved_bytes;
     uint64_t cancelled, rejected_queue_full, rejected_draining, queue_timeouts;
@@ -91,6 +94,7 @@ typedef struct {
     uint64_t mem_reserved;
     bool stopping;          /* slots exit */
     bool draining;          /* no new requests */
+    srv_decoder *decoder;   /* with batch_decode */
     srv_metrics m;
 } srv_sched;
 

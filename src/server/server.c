@@ -572,6 +572,7 @@ static int start_slots(server *srv, pkv_error *err) {
         .queue_cap = o->queue_cap,
         .queue_timeout = o->queue_timeout,
         .store = &srv->store,
+        .batch_decode = !o->no_batch,
     };
     pkv_session_opts_default(&so.session);
     so.session.n_ctx = o->n_ctx;

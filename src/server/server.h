@@ -15,6 +15,7 @@ typedef struct pkv_server_opts {
     int port;                  /* 0: any free port (printed) */
     const char *model_id;      /* the name /v1/models lists */
     int n_slots;               /* requests decoded in parallel */
+    bool no_batch;             /* each slot decodes alone (default: one batched step for all, docs/server.md) */
     int threads_per_slot;      /* <= 0: the CPUs shared out among the slots */
     int n_ctx;                 /* context per slot (prompt + completion) */
     int n_batch;               /* prefill chunk */
