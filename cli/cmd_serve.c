@@ -29,7 +29,8 @@ static const char SERVE_USAGE[] =
     "      --slots N           requests decoded in parallel (default 2)\n"
     "      --no-batch          each slot decodes alone (default: the generating requests step\n"
     "                          together, the weights read once a step for all of them)\n"
-    "  -t, --threads N         threads per slot (default: the CPUs shared out among the slots)\n"
+    "  -t, --threads N         threads per slot (default: all CPUs, or with --no-batch the CPUs\n"
+    "                          shared out among the slots)\n"
     "  -c, --ctx-size N        context per request, prompt + completion (default: the model's)\n"
     "  -b, --batch N           prefill chunk in tokens (default 512)\n"
     "      --kv-mem SIZE       KV cache all running requests may reserve, e.g. 4G (default 4G)\n"
@@ -148,8 +149,10 @@ int cmd_serve(int argc, char **argv) {
     pkv_model_get_info(model, &info);
     if (a.opts.n_ctx <= 0) a.opts.n_ctx = info.n_ctx_train;
     if (a.opts.threads_per_slot <= 0) {
+        /* batched, a prefill chunk or a decode step has the machine to itself in its turn */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        a.opts.threads_per_slot = cpus > a.opts.n_slots ? (int)(cpus / a.opts.n_slots) : 1;
+        if (!a.opts.no_batch) a.opts.threads_per_slot = cpus > 0 ? (int)cpus : 1;
+        else a.opts.threads_per_slot = cpus > a.opts.n_slots ? (int)(cpus / a.opts.n_slots) : 1;
     }
     pkv_error err;
     rc = pkv_server_run(model, &a.opts, &err);

@@ -298,6 +298,13 @@ typedef struct {
     int keep_press_window;
     bool keep_attn_sums;
     bool keep_query_stats;    /* and pre-RoPE query statistics (expected_attention) */
+    /* Called after every chunk of every layer of a forward pass (a prefill
+     * chunk of one layer is the engine's smallest unit of work): a server
+     * lets a waiting batched decode step run there, so that running streams
+     * stall for one chunk at most while a long prompt is read
+     * (docs/server.md "Batching"). NULL: nothing. */
+    void (*between_chunks)(void *user);
+    void *between_chunks_user;
 } pkv_session_opts;
 
 void pkv_session_opts_default(pkv_session_opts *opts);
@@ -341,7 +348,7 @@ int pkv_decode(pkv_session *session, int32_t token, pkv_error *err);
  * weights read once for all of them (docs/design.md "Batched decode"). Each
  * session takes its own token at its own position and attends over its own
  * cache (its own press and budget); afterwards each is as pkv_decode would
- * leave it, logits within float rounding. A refused step (a session broken,
+ * leave it, logits bit for bit. A refused step (a session broken,
  * out of context, a token outside the vocabulary, a session given twice)
  * changes none of them, and so does a session with an interrupt pending
  * (the step is short: interrupts are honoured between steps, so that one

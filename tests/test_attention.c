@@ -178,7 +178,7 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
 static float *run_attention(const pkv_kvcache *c, const geometry *g, pkv_simd level, int n_threads, const float *q,
                             const int32_t *qpos, int n_tok, float scale, float *const *acc) {
     pkv_pool *pool = pkv_pool_new(n_threads);
-    pkv_compute comp = {pkv_kernels_get(level), pool};
+    pkv_compute comp = {.kern = pkv_kernels_get(level), .pool = pool};
     float *scratch = malloc(pkv_attention_scratch_floats(c, 0, g->n_head, n_threads) * sizeof(float));
     float *out = malloc((size_t)n_tok * g->n_head * g->dv * sizeof(float));
     pkv_attn_params p = {.n_head = g->n_head, .scale = scale, .softcap = g->softcap, .acc_probs = acc};

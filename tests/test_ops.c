@@ -266,16 +266,16 @@ TEST(ops_matmul_threads_and_fusion_bit_identical) {
         weight w2 = make_weight(gemm_types[(ti + 3) % N_GEMM_TYPES], K, M / 2, &rng);
         for (size_t n = 0; n < sizeof toks / sizeof *toks; n++) {
             const int nt = toks[n];
-            pkv_compute c1 = {kern, pools[0]};
+            pkv_compute c1 = {.kern = kern, .pool = pools[0]};
             pkv_matmul(&c1, &w.t, x, nt, want, scratch);
             for (int p = 1; p < 3; p++) {
-                pkv_compute c = {kern, pools[p]};
+                pkv_compute c = {.kern = kern, .pool = pools[p]};
                 pkv_matmul(&c, &w.t, x, nt, got, scratch);
                 CHECK_MSG(same_floats(want, got, (size_t)nt * M), "%s, %d tokens: %d threads differ from 1",
                           pkv_type_get(w.t.type)->name, nt, p + 1);
             }
             /* fused with a second weight of another type, and the first again */
-            pkv_compute c3 = {kern, pools[2]};
+            pkv_compute c3 = {.kern = kern, .pool = pools[2]};
             const pkv_tensor *ws[3] = {&w2.t, &w.t, &w.t};
             float *ys[3] = {y2, got, y3};
             memset(got, 0, (size_t)nt * M * sizeof(float));
@@ -293,6 +293,34 @@ TEST(ops_matmul_threads_and_fusion_bit_identical) {
     free(x), free(scratch), free(want), free(got), free(y2), free(y3);
 }
 
+/* Rowwise (the batched decode step's matmul): n rows give, row by row, the
+ * bits of n one-row matmuls, for every type, with any thread count; the
+ * default path at the same row count is the packed one, which rounds
+ * otherwise (what rowwise is for). */
+TEST(ops_matmul_rowwise_rows_equal_single_rows) {
+    uint64_t rng = 17;
+    const int64_t K = 512, M = 96;
+    enum { NT = 9 };
+    const pkv_kernels *kern = pkv_kernels_get(PKV_SIMD_AUTO);
+    pkv_pool *pool = pkv_pool_new(2);
+    float *x = malloc(NT * K * sizeof(float)), *one = malloc(M * sizeof(float)), *rows = malloc(NT * M * sizeof(float));
+    random_acts(x, NT * K, &rng);
+    void *scratch = malloc(pkv_matmul_scratch_bytes(K, NT, 2));
+    for (int ti = 0; ti < N_GEMM_TYPES; ti++) {
+        weight w = make_weight(gemm_types[ti], K, M, &rng);
+        pkv_compute row = {.kern = kern, .pool = pool, .rowwise = true}, single = {.kern = kern, .pool = pool};
+        pkv_matmul(&row, &w.t, x, NT, rows, scratch);
+        for (int t = 0; t < NT; t++) {
+            pkv_matmul(&single, &w.t, x + t * K, 1, one, scratch);
+            CHECK_MSG(same_floats(one, rows + t * M, (size_t)M), "%s row %d: rowwise differs from one row",
+                      pkv_type_get(w.t.type)->name, t);
+        }
+        free(w.data);
+    }
+    pkv_pool_free(pool);
+    free(x), free(one), free(rows), free(scratch);
+}
+
 /* Float weights take f32 activations unrounded: the batched path agrees with
  * a double-precision product to float rounding. */
 TEST(ops_matmul_float_weights_match_double) {
@@ -308,7 +336,7 @@ TEST(ops_matmul_float_weights_match_double) {
     for (int f16 = 0; f16 < 2; f16++) {
         weight w = make_weight(f16 ? PKV_TYPE_F16 : PKV_TYPE_F32, K, M, &rng);
         for (int li = 0; li < nl; li++) {
-            pkv_compute c = {pkv_kernels_get(lv[li]), pool};
+            pkv_compute c = {.kern = pkv_kernels_get(lv[li]), .pool = pool};
             pkv_matmul(&c, &w.t, x, n_tok, y, scratch);
             for (int t = 0; t < n_tok; t++)
                 for (int64_t m = 0; m < M; m++) {

@@ -6,8 +6,10 @@
  * session's cache — ragged per layer and head, pressed by its own press — at
  * its own position. The batch owns the buffers and threads of the step; the
  * sessions keep their caches, tokens and logits, and end exactly as n
- * pkv_decode calls would leave them (logits within float rounding: the
- * matmul of n rows sums in another order than that of one).
+ * pkv_decode calls would leave them, bit for bit: the matmuls take the
+ * per-row dot path (pkv_compute.rowwise: each weight row read once, dotted
+ * with every row's activations as a one-row matmul dots them), and the
+ * activations are split per row as one row is.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ pkv_batch *pkv_batch_new(pkv_model *model, int n_threads, pkv_error *err) {
         return NULL;
     }
     b->model = model;
-    b->comp = (pkv_compute){.kern = model->kern, .pool = b->pool};
+    b->comp = (pkv_compute){.kern = model->kern, .pool = b->pool, .rowwise = true};
     return b;
 }
 

@@ -133,8 +133,16 @@ void pkv_layer_ffn(const pkv_layer_ctx *c, int il, float *x, int n_tok) {
     const pkv_tensor *gate_up[2] = {&L->w_gate, &L->w_up};
     float *gate_up_out[2] = {w->gate, w->up};
     pkv_matmul_n(c->comp, 2, gate_up, w->x, n_tok, gate_up_out, w->act);
-    if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(c->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
-    else pkv_silu_mul(c->comp, w->gate, w->up, (int64_t)n_tok * hp->n_ff);
+    /* rowwise (the batched step): each row split as a one-row call splits it,
+     * so that its vector and tail elements are the same bits as alone */
+    int n_calls = c->comp->rowwise ? n_tok : 1;
+    int64_t per_call = (int64_t)(n_tok / n_calls) * hp->n_ff;
+    for (int r = 0; r < n_calls; r++) {
+        float *g = w->gate + r * per_call;
+        const float *u = w->up + r * per_call;
+        if (m->arch->act == PKV_ACT_GELU_TANH) pkv_gelu_tanh_mul(c->comp, g, u, per_call);
+        else pkv_silu_mul(c->comp, g, u, per_call);
+    }
     matmul(c, &L->w_down, w->gate, n_tok, w->proj);
     if (pkv_tensor_present(&L->post_ffn_norm))
         pkv_rmsnorm(w->proj, w->proj, L->post_ffn_norm.data, hp->n_embd, n_tok, hp->rms_eps);
@@ -228,6 +236,7 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
         pkv_layer_ffn(&c, il, x, nc);
         /* sliding-window layers keep only what the next chunk can see */
         pkv_kvcache_trim_window(&s->cache, il, s->n_pos + c0 + nc);
+        if (s->opts.between_chunks) s->opts.between_chunks(s->opts.between_chunks_user);
     }
     return 0;
 }

@@ -244,11 +244,11 @@ void pkv_matmul_n(const pkv_compute *c, int n_w, const pkv_tensor *const *w, con
     for (int i = 0; i < n_w; i++) {
         if (done[i]) continue;
         matmul_job j = base;
-        j.pack = gemm_pack_of(c->kern, w[i], n_tok);
+        j.pack = c->rowwise ? PKV_PACK_NONE : gemm_pack_of(c->kern, w[i], n_tok);
         j.act_type = act_type_of(c->kern, w[i]);
         for (int k = i; k < n_w; k++) {
             if (done[k]) continue;
-            pkv_pack_kind pk = gemm_pack_of(c->kern, w[k], n_tok);
+            pkv_pack_kind pk = c->rowwise ? PKV_PACK_NONE : gemm_pack_of(c->kern, w[k], n_tok);
             if (pk != j.pack || (pk == PKV_PACK_NONE && act_type_of(c->kern, w[k]) != j.act_type)) continue;
             j.w[j.n_w] = w[k];
             j.y[j.n_w] = y[k];

@@ -17,6 +17,11 @@
 typedef struct {
     const pkv_kernels *kern;
     pkv_pool *pool;
+    /* Matmuls take the per-row dot path whatever the row count: each weight
+     * row is still read once for all rows, and every row's result has the
+     * bits a one-row matmul gives (the batched decode step: each stream as
+     * if alone). Off: from a few rows on, the packed batched kernels. */
+    bool rowwise;
 } pkv_compute;
 
 /* ---------------------------------------------------------------- matmul */

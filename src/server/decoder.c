@@ -24,6 +24,7 @@ struct srv_decoder {
     bool stopping;
     uint64_t steps, rows; /* guarded by mu */
     pkv_batch *batch;
+    srv_turn *turn;
     pthread_t thread;
 };
 
@@ -44,7 +45,9 @@ static void *decoder_main(void *arg) {
 
         pkv_error err;
         memset(&err, 0, sizeof err);
+        srv_turn_take(d->turn);
         int rc = pkv_generation_step_batched(d->batch, gens, n, &err);
+        srv_turn_give(d->turn);
 
         pthread_mutex_lock(&d->mu);
         d->steps++;
@@ -72,7 +75,7 @@ static void *decoder_main(void *arg) {
     return NULL;
 }
 
-srv_decoder *srv_decoder_start(pkv_model *model, int n_threads, pkv_error *err) {
+srv_decoder *srv_decoder_start(pkv_model *model, int n_threads, srv_turn *turn, pkv_error *err) {
     srv_decoder *d = calloc(1, sizeof *d);
     if (!d) {
         err->code = PKV_ERR_NOMEM;
@@ -83,6 +86,7 @@ srv_decoder *srv_decoder_start(pkv_model *model, int n_threads, pkv_error *err) 
         free(d);
         return NULL;
     }
+    d->turn = turn;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->work_cv, NULL);
     pthread_cond_init(&d->done_cv, NULL);

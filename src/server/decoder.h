@@ -12,11 +12,12 @@
 #include <stdint.h>
 
 #include "promptkv.h"
+#include "turn.h"
 
 typedef struct srv_decoder srv_decoder;
 
-/* n_threads: the batched step's threads. */
-srv_decoder *srv_decoder_start(pkv_model *model, int n_threads, pkv_error *err);
+/* n_threads: the batched step's threads; each step holds turn (turn.h). */
+srv_decoder *srv_decoder_start(pkv_model *model, int n_threads, srv_turn *turn, pkv_error *err);
 /* Stops the thread once no stream is left (the slots have ended theirs). */
 void srv_decoder_stop(srv_decoder *d);
 

@@ -322,7 +322,10 @@ static void run_store_job(srv_slot *slot, srv_job *job) {
     double t0 = pkv_now_seconds();
     pkv_request_stats st = {0};
     pkv_error err;
-    if (pkv_request_prefill_compressed(slot->session, &job->in.req, &job->in.prompt, NULL, &st, &err)) {
+    if (sc->decoder) srv_turn_take(&sc->turn);
+    int prc = pkv_request_prefill_compressed(slot->session, &job->in.req, &job->in.prompt, NULL, &st, &err);
+    if (sc->decoder) srv_turn_give(&sc->turn);
+    if (prc) {
         if (err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
         return;
     }
@@ -378,8 +381,10 @@ static void run_job(srv_slot *slot, srv_job *job) {
     pkv_request_stats st = {0};
     pkv_error err;
     srv_sched *sc = slot->sc;
+    if (sc->decoder) srv_turn_take(&sc->turn); /* the prefill's chunks take turns with the decode steps */
     int rc = pkv_request_prefill_all(slot->session, &req, &job->in.prompt, job->from ? job->from->session : NULL, &st,
                                      &err);
+    if (sc->decoder) srv_turn_give(&sc->turn);
     if (rc == 0) rc = generate(sc, slot->session, &req, &st, &err);
     if (rc && err.code != PKV_ERR_INTERRUPTED) fail_job(slot, job, &err);
     if (!st.prefilled) return;
@@ -446,6 +451,7 @@ static void *slot_main(void *arg) {
 
 int srv_sched_start(srv_sched *sc, pkv_model *model, const srv_sched_opts *opts, pkv_error *err) {
     memset(sc, 0, sizeof *sc);
+    srv_turn_init(&sc->turn);
     sc->model = model;
     sc->opts = *opts;
     sc->m.n_slots = opts->n_slots;
@@ -464,6 +470,10 @@ int srv_sched_start(srv_sched *sc, pkv_model *model, const srv_sched_opts *opts,
         srv_slot *slot = &sc->slots[i];
         pkv_session_opts so = opts->session;
         so.n_threads = opts->threads_per_slot;
+        if (opts->batch_decode) {
+            so.between_chunks = srv_turn_yield;
+            so.between_chunks_user = &sc->turn;
+        }
         slot->sc = sc;
         slot->index = i;
         slot->session = pkv_session_new(model, &so, err);
@@ -472,8 +482,7 @@ int srv_sched_start(srv_sched *sc, pkv_model *model, const srv_sched_opts *opts,
             return -1;
         }
     }
-    /* the batched step gets every slot's threads: the slots wait while it runs */
-    if (opts->batch_decode && !(sc->decoder = srv_decoder_start(model, opts->threads_per_slot * opts->n_slots, err))) {
+    if (opts->batch_decode && !(sc->decoder = srv_decoder_start(model, opts->threads_per_slot, &sc->turn, err))) {
         srv_sched_stop(sc);
         return -1;
     }
@@ -519,6 +528,7 @@ void srv_sched_stop(srv_sched *sc) {
     pthread_mutex_unlock(&sc->mu);
     for (int i = 0; i < sc->n_started; i++) pthread_join(sc->slots[i].thread, NULL);
     srv_decoder_stop(sc->decoder); /* after the slots: no stream is left */
+    srv_turn_destroy(&sc->turn);
     for (int i = 0; sc->slots && i < sc->opts.n_slots; i++) pkv_session_free(sc->slots[i].session);
     free(sc->slots);
     free(sc->queue);

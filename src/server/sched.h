@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "contexts.h"
 #include "decoder.h"
+#include "turn.h"
 #include "prompt.h"
 #include "promptkv.h"
 #include "request.h"
@@ -62,7 +63,8 @@ typedef struct {
     int queue_cap;             /* requests waiting for a slot */
     double queue_timeout;      /* seconds a request may wait */
     srv_store *store;          /* the context store: where context requests put what they make */
-    bool batch_decode;         /* the generating requests decode as one batch (decoder.h) */
+    bool batch_decode;         /* the generating requests decode as one batch (decoder.h), taking
+                                  turns with prefill chunks (turn.h); every turn has threads_per_slot */
 } srv_sched_opts;
 
 /* Counters and gauges for /metrics. */
@@ -95,6 +97,7 @@ typedef struct {
     bool stopping;          /* slots exit */
     bool draining;          /* no new requests */
     srv_decoder *decoder;   /* with batch_decode */
+    srv_turn turn;          /* with batch_decode: decode steps and prefill chunks take turns */
     srv_metrics m;
 } srv_sched;
 
