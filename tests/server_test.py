@@ -328,6 +328,12 @@ def test_max_tokens(s):
     check(r.usage.completion_tokens <= 16, f"{r.usage.completion_tokens}")
     if r.choices[0].finish_reason == "length":
         check(r.usage.completion_tokens == 16, "default 16")
+    # ignore_eos: always max_tokens tokens; not a boolean: a 400 naming it
+    status, out = s.post("/v1/completions", {"prompt": "Once", "max_tokens": 40, "temperature": 0, "ignore_eos": True})
+    check(status == 200 and out["usage"]["completion_tokens"] == 40 and out["choices"][0]["finish_reason"] == "length",
+          f"ignore_eos: {status} {out}")
+    status, out = s.post("/v1/completions", {"prompt": "Once", "ignore_eos": "yes"})
+    check(status == 400 and "ignore_eos" in json.dumps(out), f"ignore_eos 'yes': {status} {out}")
 
 
 def test_errors(s):

@@ -127,6 +127,7 @@ static int check_lengths(const srv_limits *lim, const srv_request *r, srv_prepar
     int room = lim->n_ctx - n_tokens;
     int dflt = r->endpoint == SRV_CHAT ? lim->max_tokens : lim->default_max_tokens;
     p->req.max_tokens = r->max_tokens > 0 ? r->max_tokens : (dflt < room ? dflt : room);
+    p->req.ignore_eos = r->ignore_eos;
     return 0;
 }
 

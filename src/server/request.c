@@ -443,6 +443,7 @@ static int parse_object(const json_t *obj, srv_endpoint ep, srv_request *r, srv_
     if (get_int(obj, "seed", INT64_MIN, INT64_MAX, &seed, &r->has_seed, e)) return -1;
     r->seed = (uint64_t)seed;
     if (parse_stop(obj, r, e) || parse_stream(obj, r, e)) return -1;
+    if (get_bool(obj, "ignore_eos", &r->ignore_eos, e)) return -1;
     json_t *user = field(obj, "user");
     if (user && !json_is_string(user)) return wrong_type(e, "user", "a string", user);
     return parse_kv_compression(obj, r, e);

@@ -58,6 +58,7 @@ typedef struct {
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    bool ignore_eos; /* llama-server's and vLLM's extension: generate max_tokens whatever the model emits */
     bool stream, include_usage;
 
     /* kv_compression: given (else the server's default press) */
