@@ -639,6 +639,10 @@ int pkv_server_run(pkv_model *model, const pkv_server_opts *opts, pkv_error *err
     rc = 0;
 out:
     srv_store_free(&srv.store);
+    /* a signal that came while the server stopped asked for what is done:
+     * taken here, it does not kill the process once the mask is restored */
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&signals, NULL, &zero) > 0) {}
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_mutex_destroy(&srv.mu);
     return rc;
