@@ -453,7 +453,7 @@ int cmd_eval(int argc, char **argv) {
     pkv_eval_unit *units = pkv_eval_plan_units(&plan, &n_units);
     free(units);
     if (rk.rank == 0)
-        fprintf(stderr, "eval: %s, %d samples x %d mode(s) x %d configs = %d result lines, %d already done%s\n", name,
+        fprintf(stderr, "eval: %s, %d prompts x %d mode(s) x %d configs = %d result lines, %d already done%s\n", name,
                 n_units, a.n_modes, n_configs, n_units * a.n_modes * n_configs, done_keys.n,
                 rk.size > 1 ? " (shared among ranks)" : "");
 

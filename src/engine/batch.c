@@ -52,18 +52,7 @@ pkv_batch *pkv_batch_new(pkv_model *model, int n_threads, pkv_error *err) {
 
 void pkv_batch_free(pkv_batch *b) {
     if (!b) return;
-    pkv_work *w = &b->work;
-    free(w->x);
-    free(w->q);
-    free(w->k);
-    free(w->v);
-    free(w->att);
-    free(w->proj);
-    free(w->gate);
-    free(w->up);
-    free(w->act);
-    free(w->pos);
-    free(w->attn_scratch);
+    pkv_work_free(&b->work);
     free(b->hidden);
     free(b->logits);
     pkv_pool_free(b->pool);

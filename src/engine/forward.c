@@ -50,6 +50,25 @@ int pkv_work_reserve(const pkv_model *m, const pkv_pool *pool, pkv_work *w, int 
     return 0;
 }
 
+void pkv_work_free(pkv_work *w) {
+    free(w->x);
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->att);
+    free(w->proj);
+    free(w->gate);
+    free(w->up);
+    free(w->act);
+    free(w->pos);
+    free(w->hidden);
+    free(w->logit_rows);
+    free(w->inv_freq_global);
+    free(w->inv_freq_local);
+    free(w->attn_scratch);
+    memset(w, 0, sizeof *w);
+}
+
 static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
     pkv_work *w = &s->work;
     if (w->hidden_cap >= n) return 0;

@@ -29,6 +29,8 @@ typedef struct {
 
 /* work's chunk buffers for n_tok rows (pool: the threads the matmuls use). */
 int pkv_work_reserve(const pkv_model *m, const pkv_pool *pool, pkv_work *w, int n_tok, pkv_error *err);
+/* Frees every buffer of w (and zeroes it). */
+void pkv_work_free(pkv_work *w);
 /* Token embeddings of n tokens into hidden's rows (times embd_scale). */
 void pkv_embed_rows(const pkv_layer_ctx *c, const int32_t *tokens, int n, float *hidden);
 /* The attention sub-layer's input norm and Q, K, V of rows x (bias, QK-norm;

@@ -81,22 +81,7 @@ void pkv_session_free(pkv_session *s) {
     if (!s) return;
     pkv_kvcache_free(&s->cache);
     pkv_pool_free(s->pool);
-    pkv_work *w = &s->work;
-    free(w->x);
-    free(w->q);
-    free(w->k);
-    free(w->v);
-    free(w->att);
-    free(w->proj);
-    free(w->gate);
-    free(w->up);
-    free(w->act);
-    free(w->pos);
-    free(w->hidden);
-    free(w->logit_rows);
-    free(w->inv_freq_global);
-    free(w->inv_freq_local);
-    free(w->attn_scratch);
+    pkv_work_free(&s->work);
     if (s->probes) {
         for (int il = 0; il < s->model->hp.n_layer; il++) {
             pkv_layer_probe *p = &s->probes[il];

@@ -26,6 +26,16 @@ typedef struct {
     bool protect_system;
 } press_choice;
 
+/* The request's own kv_compression (keys and values point into r; the
+ * arrays are the caller's). */
+static press_choice request_press(const srv_request *r, const char **keys, const char **values) {
+    for (int i = 0; i < r->n_press_opts; i++) {
+        keys[i] = r->press_opts[i].key;
+        values[i] = r->press_opts[i].value;
+    }
+    return (press_choice){r->press, keys, values, r->n_press_opts, true, r->protect_system};
+}
+
 static const char *option(const press_choice *pc, const char *key) {
     const char *v = NULL;
     for (int i = 0; i < pc->n; i++)
@@ -177,12 +187,7 @@ int srv_prepare(const pkv_model *m, const srv_limits *lim, const srv_request *r,
     press_choice pc;
     const char *keys[SRV_MAX_PRESS_OPTS], *values[SRV_MAX_PRESS_OPTS];
     if (r->has_press) {
-        /* the request's kv_compression replaces the server's press entirely */
-        for (int i = 0; i < r->n_press_opts; i++) {
-            keys[i] = r->press_opts[i].key;
-            values[i] = r->press_opts[i].value;
-        }
-        pc = (press_choice){r->press, keys, values, r->n_press_opts, true, r->protect_system};
+        pc = request_press(r, keys, values); /* the request's kv_compression replaces the server's press entirely */
     } else {
         pc = (press_choice){lim->press.press, lim->press.keys, lim->press.values, lim->press.n_opts, false,
                             lim->press.protect_system};
@@ -231,13 +236,7 @@ int srv_prepare_context(const pkv_model *m, const srv_limits *lim, const srv_req
     press_choice pc = {SRV_CONTEXT_PRESS, SRV_CONTEXT_PRESS_KEYS, SRV_CONTEXT_PRESS_VALUES, SRV_CONTEXT_PRESS_OPTS,
                        false, false};
     const char *keys[SRV_MAX_PRESS_OPTS], *values[SRV_MAX_PRESS_OPTS];
-    if (r->has_press) {
-        for (int i = 0; i < r->n_press_opts; i++) {
-            keys[i] = r->press_opts[i].key;
-            values[i] = r->press_opts[i].value;
-        }
-        pc = (press_choice){r->press, keys, values, r->n_press_opts, true, r->protect_system};
-    }
+    if (r->has_press) pc = request_press(r, keys, values);
     pkv_request_init(&p->req);
     pkv_prompt_parts *parts = &p->req.prompt;
     parts->parse_special = true;

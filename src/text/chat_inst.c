@@ -67,8 +67,14 @@ int chat_render_llama2_sys(chat_out *o, const pkv_chat_message *m, int n) {
     return 0;
 }
 
-/* Mistral v1: " [INST] ", the system prompt before the first user turn. */
-int chat_render_mistral_v1(chat_out *o, const pkv_chat_message *m, int n) {
+/* The Mistral templates before v7 differ in four strings and two choices. */
+typedef struct {
+    const char *inst_open, *inst_close, *reply_space;
+    bool system_in_last;  /* the system prompt goes into the last message when that is a user turn (v3) */
+    bool trim_reply;      /* the assistant's text trimmed (v3) */
+} mistral_inst;
+
+static int render_mistral_inst(chat_out *o, const pkv_chat_message *m, int n, const mistral_inst *mi) {
     bool has_system = chat_is_role(&m[0], "system");
     const pkv_chat_message *loop = m + has_system;
     int nl = n - has_system;
@@ -76,17 +82,18 @@ int chat_render_mistral_v1(chat_out *o, const pkv_chat_message *m, int n) {
     chat_put(o, o->st->bos);
     for (int k = 0; k < nl; k++) {
         if (chat_is_role(&loop[k], "user")) {
-            chat_put(o, " [INST] ");
-            if (k == 0 && has_system) {
+            chat_put(o, mi->inst_open);
+            if (has_system && k == (mi->system_in_last ? nl - 1 : 0)) {
                 chat_put(o, m[0].content);
                 chat_put(o, "\n\n");
                 chat_mark_system_end(o);
             }
             chat_put(o, loop[k].content);
-            chat_put(o, " [/INST]");
+            chat_put(o, mi->inst_close);
         } else if (chat_is_role(&loop[k], "assistant")) {
-            chat_put(o, " ");
-            chat_put(o, loop[k].content);
+            chat_put(o, mi->reply_space);
+            if (mi->trim_reply) chat_put_trimmed(o, loop[k].content);
+            else chat_put(o, loop[k].content);
             chat_put(o, o->st->eos);
         } else {
             return chat_raise(o, ONLY_USER_ASSISTANT_SYSTEM);
@@ -95,40 +102,20 @@ int chat_render_mistral_v1(chat_out *o, const pkv_chat_message *m, int n) {
     return 0;
 }
 
+/* Mistral v1: " [INST] ", the system prompt before the first user turn. */
+int chat_render_mistral_v1(chat_out *o, const pkv_chat_message *m, int n) {
+    static const mistral_inst V1 = {" [INST] ", " [/INST]", " ", false, false};
+    return render_mistral_inst(o, m, n, &V1);
+}
+
 /* Mistral v3 and v3-tekken (Nemo): the system prompt goes into the last
  * message when that is a user turn (and nowhere otherwise); v3 writes
  * "[INST] " and " " + the assistant's trimmed text, tekken neither space nor
  * the trim. */
 int chat_render_mistral_v3(chat_out *o, const pkv_chat_message *m, int n) {
-    bool tekken = o->st->family == PKV_CHAT_MISTRAL_V3_TEKKEN;
-    bool has_system = chat_is_role(&m[0], "system");
-    const pkv_chat_message *loop = m + has_system;
-    int nl = n - has_system;
-    if (chat_check_alternation(o, loop, nl, ALTERNATE_AFTER_SYSTEM)) return -1;
-    chat_put(o, o->st->bos);
-    for (int k = 0; k < nl; k++) {
-        if (chat_is_role(&loop[k], "user")) {
-            chat_put(o, tekken ? "[INST]" : "[INST] ");
-            if (k == nl - 1 && has_system) {
-                chat_put(o, m[0].content);
-                chat_put(o, "\n\n");
-                chat_mark_system_end(o);
-            }
-            chat_put(o, loop[k].content);
-            chat_put(o, "[/INST]");
-        } else if (chat_is_role(&loop[k], "assistant")) {
-            if (tekken) {
-                chat_put(o, loop[k].content);
-            } else {
-                chat_put(o, " ");
-                chat_put_trimmed(o, loop[k].content);
-            }
-            chat_put(o, o->st->eos);
-        } else {
-            return chat_raise(o, ONLY_USER_ASSISTANT_SYSTEM);
-        }
-    }
-    return 0;
+    static const mistral_inst V3 = {"[INST] ", "[/INST]", " ", true, true};
+    static const mistral_inst V3_TEKKEN = {"[INST]", "[/INST]", "", true, false};
+    return render_mistral_inst(o, m, n, o->st->family == PKV_CHAT_MISTRAL_V3_TEKKEN ? &V3_TEKKEN : &V3);
 }
 
 /* Mistral v7: system prompts anywhere, in their own block; v7-tekken
