@@ -22,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPARE = [sys.executable, os.path.join("tools", "eval-compare.py")]
 Q05 = "docs/results/qwen05-4k/results.jsonl.gz"
 GRID = "docs/results/needle-grid/results.jsonl.gz"
+QA = "docs/results/query-agnostic/results.jsonl.gz"
+MQ = "docs/results/multi-question/results.jsonl.gz"
 Q15 = "docs/results/qwen15-4k/results.jsonl.gz"
 
 # NAME: (arguments of tools/eval-compare.py, whether the output goes in a code fence)
@@ -33,6 +35,10 @@ TABLES = {
     "needle-grid-depth": ([GRID, "--grid"], False),
     "needle-grid-cost": ([GRID, "--cost"], True),
     "qwen15-4k": ([Q15, "--pivot"], False),
+    "query-agnostic": ([QA, "--pivot"], False),
+    "query-agnostic-cost": ([QA, "--cost"], True),
+    "multi-question": ([MQ, "--pivot"], False),
+    "multi-question-cost": ([MQ, "--cost"], True),
     "qwen15-4k-paired": ([Q15, "--markdown"], False),
 }
 
