@@ -16,8 +16,12 @@
 #   gemma-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
+#   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
+#                            against one by one, full cache and snapkv (budget 128), 512-token prompts
+#   qwen05-serve             the server: promptkv batched, --no-batch and llama-server -np N (LLAMA_SERVER;
+#                            only promptkv without it), 1/2/4/8 streams and a 4K-token arrival
 #
-# Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it),
+# Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it), LLAMA_SERVER,
 # OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 3), ROUNDS (default 2),
 # MEM_CAP (default 8G), PROMPTKV (default build/promptkv).
 # Models: models/gemma-3-270m-q4_k_m.gguf (make model) and models/llama-3.2-1b-q8_0.gguf
@@ -35,6 +39,8 @@ MEM_CAP=${MEM_CAP:-8G}
 LLAMA_BENCH=${LLAMA_BENCH:-}
 GEMMA=models/gemma-3-270m-q4_k_m.gguf
 L1B=models/llama-3.2-1b-q8_0.gguf
+Q05=models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+LLAMA_SERVER=${LLAMA_SERVER:-}
 
 [ -x "$PROMPTKV" ] || { echo "bench-docs: build first (make)" >&2; exit 1; }
 mkdir -p "$OUT"
@@ -143,8 +149,28 @@ step_llama1b-mem() {
         --presses none,snapkv:budget=1024
 }
 
+# concurrent streams: batched steps against the same streams decoded one by one, in the library
+streams() {
+    local step=$1 model=$2
+    run "$step" "$PROMPTKV" bench -m "$model" -p 0 -n 0 --streams 1,2,4,8 --stream-depth 512 --depth-gen 32 \
+        -r "$REPS" -t "$THREADS" --presses none,snapkv:budget=128 --csv "$OUT/$step.csv"
+}
+step_qwen05-streams() {
+    [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
+    streams qwen05-streams "$Q05"
+}
+step_llama1b-streams() { need_1b; streams llama1b-streams "$L1B"; }
+
+# the server against llama-server on the same GGUF and threads, in one run
+step_qwen05-serve() {
+    [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
+    run qwen05-serve python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$Q05" --threads "$THREADS" \
+        --streams 1,2,4,8 --tokens 64 --prompt-tokens 256 --arrival ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} \
+        --json "$OUT/qwen05-serve.json"
+}
+
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin llama1b-vs-llamacpp llama1b-depths llama1b-vs-llamacpp-d16k
-     gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline)
+     gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline qwen05-streams llama1b-streams qwen05-serve)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do

@@ -72,8 +72,11 @@ def start(kind, a, n_slots, ctx, port):
         cmd = [a.llama_server, "-m", a.model, "--host", HOST, "--port", str(port), "-np", str(n_slots), "-t",
                str(a.threads), "-c", str(ctx * n_slots)]
     else:
+        # batched, every turn (a decode step or a prefill chunk) has all the threads; without batching the
+        # slots run at once and share them out (promptkv serve's defaults)
+        threads = a.threads if kind == "promptkv" else max(1, a.threads // n_slots)
         cmd = [a.promptkv, "serve", "-m", a.model, "--host", HOST, "--port", str(port), "--slots", str(n_slots),
-               "-t", str(a.threads), "-c", str(ctx), "--quiet"]
+               "-t", str(threads), "-c", str(ctx), "--quiet"]
         if kind == "promptkv --no-batch":
             cmd.append("--no-batch")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
