@@ -21,7 +21,8 @@
 #   qwen05-serve             the server: promptkv batched, --no-batch and llama-server -np N (LLAMA_SERVER;
 #                            only promptkv without it), 1/2/4/8 streams and a 4K-token arrival
 #
-# Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it), LLAMA_SERVER,
+# Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it), LLAMA_SERVER
+# and LLAMA_SERVER_ARGS (more llama-server flags, e.g. --no-repack),
 # OUT (default out/bench), THREADS (default 2), NICE (default 10), REPS (default 3), ROUNDS (default 2),
 # MEM_CAP (default 8G), PROMPTKV (default build/promptkv).
 # Models: models/gemma-3-270m-q4_k_m.gguf (make model) and models/llama-3.2-1b-q8_0.gguf
@@ -166,6 +167,7 @@ step_qwen05-serve() {
     [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
     run qwen05-serve python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$Q05" --threads "$THREADS" \
         --streams 1,2,4,8 --tokens 64 --prompt-tokens 256 --arrival ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} \
+        ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} \
         --json "$OUT/qwen05-serve.json"
 }
 

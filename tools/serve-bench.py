@@ -33,6 +33,7 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--promptkv", default="build/promptkv")
     ap.add_argument("--llama-server", help="a llama-server binary (llama.cpp), run with -np N")
+    ap.add_argument("--llama-args", default="", help="more llama-server flags, e.g. --no-repack")
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--streams", default="1,2,4,8")
@@ -70,7 +71,7 @@ def wait_ready(port, proc, seconds=120):
 def start(kind, a, n_slots, ctx, port):
     if kind == "llama-server":
         cmd = [a.llama_server, "-m", a.model, "--host", HOST, "--port", str(port), "-np", str(n_slots), "-t",
-               str(a.threads), "-c", str(ctx * n_slots)]
+               str(a.threads), "-c", str(ctx * n_slots), *a.llama_args.split()]
     else:
         # batched, every turn (a decode step or a prefill chunk) has all the threads; without batching the
         # slots run at once and share them out (promptkv serve's defaults)
