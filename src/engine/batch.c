@@ -77,11 +77,7 @@ static int attn_scratch(pkv_batch *b, pkv_session *const *ss, int n, int il, pkv
         size_t f = pkv_attention_scratch_floats(&ss[i]->cache, il, b->model->hp.n_head, pkv_pool_size(b->pool));
         if (f > need) need = f;
     }
-    if (b->work.attn_scratch_cap >= need) return 0;
-    need += need / 2; /* room for the rows the next steps add */
-    if (pkv_work_grow((void **)&b->work.attn_scratch, need * sizeof(float), err)) return -1;
-    b->work.attn_scratch_cap = need;
-    return 0;
+    return pkv_work_attn_scratch(&b->work, need, err);
 }
 
 static int check_sessions(const pkv_batch *b, pkv_session *const *ss, int n, pkv_error *err) {

@@ -77,13 +77,17 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
     return 0;
 }
 
+int pkv_work_attn_scratch(pkv_work *w, size_t need, pkv_error *err) {
+    if (w->attn_scratch_cap >= need) return 0;
+    need += need / 2; /* room for the rows decode will add */
+    if (pkv_work_grow((void **)&w->attn_scratch, need * sizeof(float), err)) return -1;
+    w->attn_scratch_cap = need;
+    return 0;
+}
+
 static int ensure_attn_scratch(pkv_session *s, int layer, pkv_error *err) {
     size_t need = pkv_attention_scratch_floats(&s->cache, layer, s->model->hp.n_head, pkv_pool_size(s->pool));
-    if (s->work.attn_scratch_cap >= need) return 0;
-    need += need / 2; /* room for the rows decode will add */
-    if (pkv_work_grow((void **)&s->work.attn_scratch, need * sizeof(float), err)) return -1;
-    s->work.attn_scratch_cap = need;
-    return 0;
+    return pkv_work_attn_scratch(&s->work, need, err);
 }
 
 /* ---------------------------------------------------------------- one layer's blocks */

@@ -31,6 +31,9 @@ typedef struct {
 int pkv_work_reserve(const pkv_model *m, const pkv_pool *pool, pkv_work *w, int n_tok, pkv_error *err);
 /* Frees every buffer of w (and zeroes it). */
 void pkv_work_free(pkv_work *w);
+/* w's attention scratch of at least need floats (grown with room for the
+ * rows decode will add). */
+int pkv_work_attn_scratch(pkv_work *w, size_t need, pkv_error *err);
 /* Token embeddings of n tokens into hidden's rows (times embd_scale). */
 void pkv_embed_rows(const pkv_layer_ctx *c, const int32_t *tokens, int n, float *hidden);
 /* The attention sub-layer's input norm and Q, K, V of rows x (bias, QK-norm;

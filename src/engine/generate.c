@@ -189,6 +189,12 @@ int pkv_generation_step(pkv_generation *const *gens, int n, pkv_error *err) {
 
 enum { STEP_CHUNK = 64 }; /* generations decoded in one batched forward pass at most */
 
+/* A step's failure: err keeps the first of them. */
+static int first_error(int rc, pkv_error *err, const pkv_error *e) {
+    if (rc == 0 && err) *err = *e;
+    return -1;
+}
+
 int pkv_generation_step_batched(pkv_batch *batch, pkv_generation *const *gens, int n, pkv_error *err) {
     if (!batch) return pkv_generation_step(gens, n, err);
     int rc = 0;
@@ -204,15 +210,13 @@ int pkv_generation_step_batched(pkv_batch *batch, pkv_generation *const *gens, i
             if (g->done) continue;
             int32_t tok;
             if (sample_and_emit(g, &tok, &step_err)) {
-                if (rc == 0 && err) *err = step_err;
-                rc = -1;
+                rc = first_error(rc, err, &step_err);
                 continue;
             }
             if (tok < 0) continue;
             if (pkv_session_interrupted(g->session)) { /* its caller stopped it: the others go on */
                 pkv_fail(&step_err, PKV_ERR_INTERRUPTED, "interrupted");
-                if (rc == 0 && err) *err = step_err;
-                rc = -1;
+                rc = first_error(rc, err, &step_err);
                 finish(g, PKV_FINISH_NONE);
                 continue;
             }
@@ -230,8 +234,7 @@ int pkv_generation_step_batched(pkv_batch *batch, pkv_generation *const *gens, i
         double t0 = pkv_now_seconds();
         if (pkv_batch_decode(batch, ss, toks, k, &step_err)) {
             for (int j = 0; j < k; j++) finish(go[j], PKV_FINISH_NONE);
-            if (rc == 0 && err) *err = step_err;
-            rc = -1;
+            rc = first_error(rc, err, &step_err);
             continue;
         }
         double dt = pkv_now_seconds() - t0;

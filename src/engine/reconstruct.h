@@ -25,10 +25,9 @@ int pkv_recon_check(const pkv_session *s, const pkv_press_cfg *press, bool befor
 pkv_recon_memo *pkv_recon_memo_new(void);
 void pkv_recon_memo_free(pkv_recon_memo *memo);
 
-/* The session a copy was made from: its probes, its memo (written through
- * the const source: derived data only) and its probe_gen when copied. */
+/* The session a copy was made from: its memo (written through the const
+ * source: derived data only) and its probe_gen when copied. */
 typedef struct {
-    const pkv_layer_probe *probes;
     pkv_recon_memo *memo;
     uint64_t gen;
 } pkv_recon_source;

@@ -271,8 +271,8 @@ int pkv_session_copy_framed(pkv_session *dst, const pkv_session *src, const pkv_
     if (is_recon_press(press)) {
         dst->broken = false; /* the copy is whole: the passes run on it */
         /* src's memo: a second copy pressed at another budget reuses the passes */
-        pkv_recon_source from = {.probes = src->probes, .memo = src->recon_memo, .gen = src->probe_gen};
-        if (pkv_recon_press(dst, from.probes, &from, tokens, n, frame ? frame->begin : 0,
+        pkv_recon_source from = {.memo = src->recon_memo, .gen = src->probe_gen};
+        if (pkv_recon_press(dst, src->probes, &from, tokens, n, frame ? frame->begin : 0,
                             frame ? frame->passes : NULL, press, &fs, err)) {
             dst->broken = true;
             return -1;

@@ -26,14 +26,17 @@ void pkv_eval_fitter_free(pkv_eval_fitter *f) {
 /* What a search measures: tokens (generation included) at size n; -1 on error. */
 typedef int (*measure_fn)(pkv_eval_fitter *f, const pkv_eval_spec *spec, int n, int n_aux, pkv_error *err);
 
-/* Tokens of spec's item at size n plus the task's generation budget; for a
- * multi-question task the most of any of its questions, so that every
- * question of a sample fits with the same context (docs/evaluation.md §2.5). */
-static int item_tokens(pkv_eval_fitter *f, const pkv_eval_spec *spec, int n, int n_aux, pkv_error *err) {
-    int most = -1, nq = spec->task->n_questions > 1 ? spec->task->n_questions : 1;
+/* The most tokens of spec's item at size n over its task's questions, but
+ * question `skip` (-1: none; a task with one question has question 0):
+ * every question of a multi-question sample must fit with the same context
+ * (docs/evaluation.md §2.5). 0 when no question is left; -1 on error. */
+static int question_tokens(pkv_eval_fitter *f, const pkv_eval_spec *spec, int n, int n_aux, int skip,
+                           pkv_error *err) {
+    int most = 0, nq = spec->task->n_questions > 1 ? spec->task->n_questions : 1;
     for (int q = 0; q < nq; q++) {
+        if (q == skip) continue;
         pkv_eval_spec one = *spec;
-        one.question = nq > 1 ? q : spec->question;
+        one.question = q;
         pkv_eval_item it;
         if (pkv_eval_build(&one, n, n_aux, &it, err)) return -1;
         int tok = f->count(f->user, &it, err);
@@ -41,7 +44,14 @@ static int item_tokens(pkv_eval_fitter *f, const pkv_eval_spec *spec, int n, int
         if (tok < 0) return -1;
         if (tok > most) most = tok;
     }
-    return most + spec->task->tokens_to_generate;
+    return most;
+}
+
+/* Tokens of spec's item at size n plus the task's generation budget (the
+ * longest of a multi-question sample's questions). */
+static int item_tokens(pkv_eval_fitter *f, const pkv_eval_spec *spec, int n, int n_aux, pkv_error *err) {
+    int tok = question_tokens(f, spec, n, n_aux, -1, err);
+    return tok < 0 ? -1 : tok + spec->task->tokens_to_generate;
 }
 
 /* Tokens of VT's one-shot example with n lines (as its own 500-token sample: 30 to generate). */
@@ -187,18 +197,19 @@ int pkv_eval_generate(pkv_eval_fitter *f, const pkv_eval_spec *spec, pkv_eval_it
     pkv_eval_task_units(spec->task, spec->length, &u);
     /* this sample's draw may be longer than the probe's: shrink by the increment until it fits */
     for (;;) {
-        int most = item_tokens(f, spec, n, n_aux, err);
-        if (most < 0) return -1;
-        if (most <= spec->length) {
-            if (pkv_eval_build(spec, n, n_aux, out, err)) return -1;
-            int tok = f->count(f->user, out, err);
-            if (tok < 0) {
-                pkv_eval_item_free(out);
-                return -1;
-            }
+        if (pkv_eval_build(spec, n, n_aux, out, err)) return -1;
+        int tok = f->count(f->user, out, err);
+        int others = tok < 0 ? -1 : question_tokens(f, spec, n, n_aux, spec->question, err);
+        if (others < 0) {
+            pkv_eval_item_free(out);
+            return -1;
+        }
+        int most = tok > others ? tok : others;
+        if (most + spec->task->tokens_to_generate <= spec->length) {
             if (n_tokens) *n_tokens = tok;
             return 0;
         }
+        pkv_eval_item_free(out);
         n -= u.increment;
         if (n < u.min_units)
             return pkv_fail(err, PKV_ERR_LIMIT, "%s sample %d does not fit in %d tokens", spec->task->name,
