@@ -907,6 +907,75 @@ TEST(quant_vec_dot_extreme_quants) {
     }
 }
 
+/* vec_dot_rows (one weight row, several activation rows: the batched decode
+ * step) gives each row the bits of its own level's vec_dot, which the tests
+ * above pin to the reference: random and extreme blocks (every quant at its
+ * limits, scales up to 2), block counts with and without a tail of fewer than
+ * four, 1 to 11 rows (whole groups and every remainder), strided rows and
+ * outputs. A type with vec_dot_rows at one level has it at every SIMD level. */
+TEST(quant_vec_dot_rows_equal_vec_dot_per_row) {
+    enum { MAX_ROWS = 11, STRIDE_PAD = 34 };
+    static const int types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0};
+    static const int64_t lengths[] = {32, 96, 128, 160, 896, 4864};
+    uint64_t rng = 2024;
+    const int nl = available_levels();
+    int checked = 0;
+    float *x = malloc(4864 * sizeof(float));
+    uint8_t *w = malloc(pkv_row_bytes(PKV_TYPE_Q8_0, 4864));
+    const uint64_t stride = pkv_row_bytes(PKV_TYPE_Q8_0, 4864) + STRIDE_PAD;
+    uint8_t *a = malloc(stride * MAX_ROWS);
+    float out[3 * MAX_ROWS];
+    for (int li = 1; li < nl; li++) {
+        const pkv_kernels *k = pkv_kernels_get(levels[li]);
+        for (int t = 0; t < 3; t++) {
+            const int type = types[t];
+            CHECK_MSG(k->vec_dot_rows[type] != NULL, "%s has no vec_dot_rows at %s",
+                      pkv_type_get((uint32_t)type)->name, pkv_simd_name(levels[li]));
+            if (!k->vec_dot_rows[type]) continue;
+            for (int li_len = 0; li_len < 6; li_len++) {
+                const int64_t n = lengths[li_len];
+                for (int rep = 0; rep < 4; rep++) {
+                    if (rep < 2) {
+                        random_weight_row(type, n, w, &rng, rep == 1 ? 2.0f : 0.05f);
+                        for (int r = 0; r < MAX_ROWS; r++) {
+                            random_activation(x, n, &rng);
+                            k->quantize[PKV_TYPE_Q8_0](x, a + r * stride, n);
+                        }
+                    } else {
+                        /* every quant byte 0x80 / 0xFF (Q8_0 -128 / -1; Q4/Q5 quants at both ends),
+                         * activations at +-amax */
+                        memset(w, rep == 2 ? 0x80 : 0xFF, pkv_row_bytes((uint32_t)type, n));
+                        for (int64_t bi = 0; bi < n / 32; bi++) wr16(w + bi * layout_of(type)->bytes, 0x3C00);
+                        for (int r = 0; r < MAX_ROWS; r++) {
+                            for (int64_t i = 0; i < n; i++) x[i] = (r + i) % 2 ? -1.0f : 1.0f;
+                            k->quantize[PKV_TYPE_Q8_0](x, a + r * stride, n);
+                        }
+                    }
+                    for (int rows = 1; rows <= MAX_ROWS; rows++) {
+                        for (int i = 0; i < 3 * MAX_ROWS; i++) out[i] = -7.0f;
+                        k->vec_dot_rows[type](n, w, a, stride, rows, out, 3);
+                        for (int r = 0; r < 3 * MAX_ROWS; r++) {
+                            if (r % 3 || r / 3 >= rows) {
+                                CHECK_MSG(out[r] == -7.0f, "%s %s: out[%d] written", pkv_type_get((uint32_t)type)->name,
+                                          pkv_simd_name(levels[li]), r);
+                                continue;
+                            }
+                            const float want = k->vec_dot[type](n, w, a + (r / 3) * stride);
+                            CHECK_MSG(same_bits(out[r], want), "%s %s n=%lld rep %d rows %d row %d: %.9g vs vec_dot %.9g",
+                                      pkv_type_get((uint32_t)type)->name, pkv_simd_name(levels[li]), (long long)n, rep,
+                                      rows, r / 3, out[r], want);
+                            checked++;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* on a CPU without AVX2 there is nothing to check; here the SIMD levels are there */
+    CHECK(nl < 2 || checked > 0);
+    free(x), free(w), free(a);
+}
+
 /* End to end: vec_dot(w, quantize(x)) is close to the exact dot with x. */
 TEST(quant_vec_dot_end_to_end_accuracy) {
     uint64_t rng = 77;

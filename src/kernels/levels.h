@@ -29,6 +29,16 @@
 #define PKV_DECLARE_QUANTIZE(LEVEL, T) void pkv_quantize_##T##_##LEVEL(const float *src, void *dst, int64_t n);
 #define PKV_DECLARE_VEC_DOT(LEVEL, T) \
     float pkv_vec_dot_##T##_##LEVEL(int64_t n, const void *weight_row, const void *act_row);
+/* One weight row against several activation rows (table.h vec_dot_rows):
+ * the legacy types with Q8_0 activations, AVX2 and AVX-512; each is pinned
+ * to its own level's vec_dot bit for bit by tests. */
+#define PKV_VEC_DOT_ROWS_TYPES(X) X(q4_0) X(q5_0) X(q8_0)
+#define PKV_DECLARE_VEC_DOT_ROWS(LEVEL, T)                                                                  \
+    void pkv_vec_dot_rows_##T##_##LEVEL(int64_t n, const void *weight_row, const void *act, uint64_t act_stride, \
+                                        int n_rows, float *out, int64_t out_stride);
+#define X(T) PKV_DECLARE_VEC_DOT_ROWS(avx2, T) PKV_DECLARE_VEC_DOT_ROWS(avx512, T)
+PKV_VEC_DOT_ROWS_TYPES(X)
+#undef X
 
 #define PKV_DECLARE_FLOAT_HELPERS(LEVEL)                                                        \
     float pkv_dot_f32_##LEVEL(int64_t n, const float *a, const float *b);                      \

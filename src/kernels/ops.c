@@ -115,6 +115,13 @@ static void dot_item(void *arg, int64_t item, int ith) {
     const int64_t rc = j->row_chunk[wi], m0 = chunk * rc, m1 = m0 + rc < M ? m0 + rc : M;
     const char *wdata = w->data;
     pkv_vec_dot_fn dot = j->kern->vec_dot[w->type];
+    pkv_vec_dot_rows_fn dot_rows = j->kern->vec_dot_rows[w->type];
+    if (dot && dot_rows && j->n_tok > 1) {
+        /* each weight row unpacked once for every activation row; the same bits as dot row by row */
+        for (int64_t m = m0; m < m1; m++)
+            dot_rows(K, wdata + m * w->row_bytes, j->act, j->act_row_bytes, j->n_tok, y + m, M);
+        return;
+    }
     if (dot) {
         for (int64_t m = m0; m < m1; m++) {
             const void *row = wdata + m * w->row_bytes;

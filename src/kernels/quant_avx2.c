@@ -57,6 +57,18 @@ static inline void store_k_bytes(__m256i q, float d1, float m1, float *dst) {
     }
 }
 
+/* A legacy block's 32 quants minus the type's offset, as signed bytes
+ * (dequantisation and the several-row dot products). */
+static inline __m256i q8_0_signed(const block_q8_0 *b) { return load256(b->qs); }
+static inline __m256i q4_0_signed(const block_q4_0 *b) {
+    return _mm256_sub_epi8(legacy_nibbles(b->qs), _mm256_set1_epi8(8));
+}
+/* q - 16: the nibble alone where the fifth bit is set, else nibble | 0xF0 */
+static inline __m256i q5_0_signed(const block_q5_0 *b) {
+    const __m256i missing = _mm256_andnot_si256(bits_to_bytes(load_u32(b->qh)), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(legacy_nibbles(b->qs), missing);
+}
+
 /* ------------------------------------------------------------------ dequantisation */
 
 void pkv_dequant_f16_avx2(const void *src, float *dst, int64_t n) {
@@ -76,8 +88,7 @@ void pkv_dequant_bf16_avx2(const void *src, float *dst, int64_t n) {
 void pkv_dequant_q4_0_avx2(const void *src, float *dst, int64_t n) {
     const block_q4_0 *b = src;
     for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
-        const __m256i q = _mm256_sub_epi8(legacy_nibbles(b[i].qs), _mm256_set1_epi8(8));
-        store_scaled_bytes(q, half(b[i].d), dst);
+        store_scaled_bytes(q4_0_signed(&b[i]), half(b[i].d), dst);
     }
 }
 
@@ -90,9 +101,7 @@ void pkv_dequant_q4_1_avx2(const void *src, float *dst, int64_t n) {
 void pkv_dequant_q5_0_avx2(const void *src, float *dst, int64_t n) {
     const block_q5_0 *b = src;
     for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
-        /* q - 16: the nibble alone when the fifth bit is set, else nibble | 0xF0 */
-        const __m256i missing = _mm256_andnot_si256(bits_to_bytes(load_u32(b[i].qh)), _mm256_set1_epi8((char)0xF0));
-        store_scaled_bytes(_mm256_or_si256(legacy_nibbles(b[i].qs), missing), half(b[i].d), dst);
+        store_scaled_bytes(q5_0_signed(&b[i]), half(b[i].d), dst);
     }
 }
 
@@ -107,7 +116,7 @@ void pkv_dequant_q5_1_avx2(const void *src, float *dst, int64_t n) {
 void pkv_dequant_q8_0_avx2(const void *src, float *dst, int64_t n) {
     const block_q8_0 *b = src;
     for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0)
-        store_scaled_bytes(_mm256_loadu_si256((const __m256i *)b[i].qs), half(b[i].d), dst);
+        store_scaled_bytes(q8_0_signed(&b[i]), half(b[i].d), dst);
 }
 
 void pkv_dequant_q4_K_avx2(const void *src, float *dst, int64_t n) {
@@ -383,6 +392,13 @@ float pkv_vec_dot_q5_0_avx2(int64_t n, const void *weight_row, const void *act_r
 #undef Q5_0_SUMS
     return hsum_ps(acc_all);
 }
+
+/* The legacy types against several activation rows (LEGACY_DOT_ROWS), the
+ * quants as signed bytes (the helpers above); two rows per group keep the
+ * accumulators in the 16 vector registers. */
+LEGACY_DOT_ROWS(pkv_vec_dot_rows_q8_0_avx2, block_q8_0, 2, q8_0_signed, dot_u8_i8)
+LEGACY_DOT_ROWS(pkv_vec_dot_rows_q4_0_avx2, block_q4_0, 2, q4_0_signed, dot_u8_i8)
+LEGACY_DOT_ROWS(pkv_vec_dot_rows_q5_0_avx2, block_q5_0, 2, q5_0_signed, dot_u8_i8)
 
 float pkv_vec_dot_q4_1_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q4_1 *x = weight_row;

@@ -78,6 +78,22 @@ float pkv_vec_dot_q5_0_avx512(int64_t n, const void *weight_row, const void *act
     return hsum_ps(acc_all);
 }
 
+/* The legacy types against several activation rows (LEGACY_DOT_ROWS), four
+ * rows per group (16 of the 32 vector registers hold their accumulators):
+ * the fifth bits of Q5_0 subtract 16 under a mask, one instruction. */
+static inline __m256i q8_0_signed(const block_q8_0 *b) { return load256(b->qs); }
+static inline __m256i q4_0_signed(const block_q4_0 *b) {
+    return _mm256_sub_epi8(legacy_nibbles(b->qs), _mm256_set1_epi8(8));
+}
+static inline __m256i q5_0_signed(const block_q5_0 *b) {
+    const __m256i nib = legacy_nibbles(b->qs);
+    return _mm256_mask_sub_epi8(nib, _cvtu32_mask32(~load_u32(b->qh)), nib, _mm256_set1_epi8(16));
+}
+
+LEGACY_DOT_ROWS(pkv_vec_dot_rows_q8_0_avx512, block_q8_0, 4, q8_0_signed, dpbusd)
+LEGACY_DOT_ROWS(pkv_vec_dot_rows_q4_0_avx512, block_q4_0, 4, q4_0_signed, dpbusd)
+LEGACY_DOT_ROWS(pkv_vec_dot_rows_q5_0_avx512, block_q5_0, 4, q5_0_signed, dpbusd)
+
 float pkv_vec_dot_q4_1_avx512(int64_t n, const void *weight_row, const void *act_row) {
     const block_q4_1 *x = weight_row;
     const block_q8_1 *y = act_row;

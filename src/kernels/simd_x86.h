@@ -147,6 +147,66 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
     return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
 }
 
+/* One weight row of a legacy type against several Q8_0 activation rows (the
+ * batched decode step, table.h vec_dot_rows). Each row's result has the bits
+ * LEGACY_DOT_LOOP gives for that row alone: the same i32 lanes per block (the
+ * products are exact integers however they are formed) into the same 4
+ * accumulators, the same scales d_w*d_a, the same final sums. What changes is
+ * the work per row: a block's quants are unpacked once, as signed bytes w and
+ * their magnitudes |w|, and each activation row takes only the sign of w onto
+ * its quants and one unsigned x signed dot (DOT_U_S), as dot_i8_i8 does.
+ * Rows go in groups of G so that the group's 4G accumulators stay in
+ * registers; the group loop is written for a constant g (always inlined per
+ * group size). SIGNED_QUANTS(b) gives block b's 32 quants minus the type's
+ * offset as signed bytes. */
+#define LEGACY_DOT_ROWS(NAME, WTYPE, G, SIGNED_QUANTS, DOT_U_S)                                      \
+    static inline __attribute__((always_inline)) void NAME##_group(                                   \
+        const int g, int64_t nb, const WTYPE *x, const char *act, uint64_t stride, float *out, int64_t ostride) { \
+        const block_q8_0 *y[G];                                                                       \
+        __m256 acc[G][4];                                                                             \
+        _Pragma("GCC unroll 8") for (int r = 0; r < g; r++) {                                                                 \
+            y[r] = (const block_q8_0 *)(act + (uint64_t)r * stride);                                  \
+            for (int k = 0; k < 4; k++) acc[r][k] = _mm256_setzero_ps();                              \
+        }                                                                                             \
+        int64_t i = 0;                                                                                \
+        for (; i + 4 <= nb; i += 4) {                                                                 \
+            const __m128 dw = halves4(&x[i].d, sizeof *x);                                            \
+            float scale[G][4];                                                                        \
+            _Pragma("GCC unroll 8") for (int r = 0; r < g; r++)                                                               \
+                _mm_storeu_ps(scale[r], _mm_mul_ps(dw, halves4(&y[r][i].d, sizeof(block_q8_0))));     \
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {                                     \
+                const __m256i w = SIGNED_QUANTS(&x[i + k]), u = _mm256_abs_epi8(w);                   \
+                _Pragma("GCC unroll 8") for (int r = 0; r < g; r++) {                                                         \
+                    const __m256i s = DOT_U_S(u, _mm256_sign_epi8(load256(y[r][i + k].qs), w));        \
+                    acc[r][k] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[r][k]), _mm256_cvtepi32_ps(s), acc[r][k]); \
+                }                                                                                     \
+            }                                                                                         \
+        }                                                                                             \
+        for (; i < nb; i++) {                                                                         \
+            const __m256i w = SIGNED_QUANTS(&x[i]), u = _mm256_abs_epi8(w);                           \
+            _Pragma("GCC unroll 8") for (int r = 0; r < g; r++)                                                               \
+                acc[r][0] = fma_block(DOT_U_S(u, _mm256_sign_epi8(load256(y[r][i].qs), w)),            \
+                                      half(x[i].d) * half(y[r][i].d), acc[r][0]);                     \
+        }                                                                                             \
+        _Pragma("GCC unroll 8") for (int r = 0; r < g; r++)                                                                   \
+            out[r * ostride] =                                                                        \
+                hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]))); \
+    }                                                                                                 \
+    void NAME(int64_t n, const void *weight_row, const void *act, uint64_t act_stride, int n_rows, float *out, \
+              int64_t out_stride) {                                                                   \
+        const WTYPE *x = weight_row;                                                                  \
+        const char *a = act;                                                                          \
+        for (int r0 = 0; r0 < n_rows;) {                                                              \
+            const int left = n_rows - r0;                                                             \
+            const char *ar = a + (uint64_t)r0 * act_stride;                                           \
+            float *o = out + (int64_t)r0 * out_stride;                                                \
+            if (left >= G) NAME##_group(G, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += G;     \
+            else if (left == 3 && G > 3) NAME##_group(3, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += 3; \
+            else if (left >= 2 && G > 2) NAME##_group(2, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += 2; \
+            else NAME##_group(1, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += 1;                \
+        }                                                                                             \
+    }
+
 /* Q4_1/Q5_1 x Q8_1: as LEGACY_DOT_LOOP, and one multiply gives both d_w*d_a
  * (even lanes, the block scales) and m_w*s_a (odd lanes, summed at the end). */
 #define AFFINE_DOT_LOOP(x, y, nb, BLOCK_SUMS)                                                       \

@@ -124,6 +124,12 @@ typedef void (*pkv_quant_fn)(const float *src, void *dst, int64_t n);
 /* Dot product of one weight row (n elements in the weight's type) with one
  * activation row already converted to that weight type's act_type. */
 typedef float (*pkv_vec_dot_fn)(int64_t n, const void *weight_row, const void *act_row);
+/* The dot products of one weight row with n_rows activation rows (act_stride
+ * bytes apart) into out[r * out_stride], each with the bits vec_dot gives
+ * for that row alone, the weight's blocks unpacked once for all rows (the
+ * batched decode step: docs/design.md "Batched decode"). */
+typedef void (*pkv_vec_dot_rows_fn)(int64_t n, const void *weight_row, const void *act, uint64_t act_stride,
+                                    int n_rows, float *out, int64_t out_stride);
 
 /* ------------------------------------------------------------------ batched matmul (prefill)
  *
@@ -196,6 +202,8 @@ typedef struct pkv_kernels {
     pkv_dequant_fn dequant[PKV_TYPE_COUNT];
     pkv_quant_fn quantize[PKV_TYPE_COUNT]; /* for activation types: F32 (copy), Q8_0, Q8_1, Q8_K */
     pkv_vec_dot_fn vec_dot[PKV_TYPE_COUNT];
+    /* NULL where the type has none: vec_dot row by row does the same */
+    pkv_vec_dot_rows_fn vec_dot_rows[PKV_TYPE_COUNT];
 
     /* float helpers used by attention, norms and the KV cache */
     float (*dot_f32)(int64_t n, const float *a, const float *b);
