@@ -101,6 +101,50 @@ TEST(attn_block_kernels_levels_bit_identical) {
     }
 }
 
+/* att_block (the fused whole-block step) computes pkv_att_block_ref's bits:
+ * rows in fours and every remainder, value widths in 64-lane passes and
+ * masked tails, the first block (m = -inf, l = 0) and later ones, scores
+ * large enough that the running max moves. A level that has the kernel is
+ * checked; the AVX-512 table has it. */
+TEST(attn_block_fused_equals_reference) {
+    enum { MAXD = 256, MAXQ = 64 };
+    static float q[MAXQ * MAXD], kt[MAXD * 16], vt[16 * MAXD], o[2][MAXQ * MAXD];
+    float m[2][MAXQ], l[2][MAXQ];
+    const int dks[] = {16, 64, 67, 128, 256}, dvs[] = {9, 16, 40, 64, 96, 128, 200, 256}, nqs[] = {1, 2, 3, 4, 5, 7, 8, 13, 63, 64};
+    uint64_t rng = 7;
+    pkv_simd lv[3];
+    const int nl = n_levels(lv);
+    int checked = 0;
+    for (int li = 0; li < nl; li++) {
+        const pkv_kernels *k = pkv_kernels_get(lv[li]);
+        if (lv[li] == PKV_SIMD_AVX512) CHECK(k->att_block != NULL);
+        if (!k->att_block) continue;
+        for (int di = 0; di < 5; di++)
+            for (int vi = 0; vi < 8; vi++)
+                for (int qi = 0; qi < 10; qi++) {
+                    const int dk = dks[di], dv = dvs[vi], nq = nqs[qi];
+                    for (int i = 0; i < dk * 16; i++) kt[i] = rng_sym(&rng) * (qi % 2 ? 8.0f : 1.0f);
+                    for (int i = 0; i < 16 * dv; i++) vt[i] = rng_sym(&rng);
+                    for (int i = 0; i < nq * dk; i++) q[i] = rng_sym(&rng);
+                    for (int i = 0; i < nq; i++) {
+                        const bool first = (i + vi) % 3 == 0;
+                        m[0][i] = m[1][i] = first ? -INFINITY : rng_sym(&rng) * 4.0f;
+                        l[0][i] = l[1][i] = first ? 0.0f : 1.0f + rng_sym(&rng);
+                    }
+                    for (int i = 0; i < nq * dv; i++) o[0][i] = o[1][i] = rng_sym(&rng);
+                    const float scale = 1.0f / sqrtf((float)dk);
+                    pkv_att_block_ref(nq, dk, dv, q, kt, vt, scale, m[0], l[0], o[0]);
+                    k->att_block(nq, dk, dv, q, kt, vt, scale, m[1], l[1], o[1]);
+                    CHECK_MSG(same_floats(m[0], m[1], (size_t)nq) && same_floats(l[0], l[1], (size_t)nq) &&
+                                  same_floats(o[0], o[1], (size_t)nq * dv),
+                              "att_block %s differs from the reference (dk %d dv %d nq %d)", pkv_simd_name(lv[li]), dk,
+                              dv, nq);
+                    checked++;
+                }
+    }
+    CHECK(pkv_simd_detect() < PKV_SIMD_AVX512 || checked > 0);
+}
+
 /* ------------------------------------------------------------------ full attention */
 
 typedef struct {

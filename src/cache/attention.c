@@ -240,10 +240,24 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
     }
     memset(o, 0, (size_t)nq * dv * sizeof(float));
     const float scale = j->p->scale, cap = j->p->softcap;
+    /* the blocks [whole0, whole1) are seen whole by every query row of the
+     * tile: there the fused kernel takes the steps below in one pass */
+    int whole0 = r1, whole1 = r0;
+    if (k->att_block && cap == 0.0f) {
+        whole0 = r0, whole1 = r1;
+        for (int t = 0; t < tl->nt; t++) {
+            if (tl->lo[t] > whole0) whole0 = tl->lo[t];
+            if (tl->hi[t] < whole1) whole1 = tl->hi[t];
+        }
+    }
     int ja[TILE_Q], jb[TILE_Q];
     for (int kb = r0; kb < r1; kb += PKV_ATT_BK) {
         const int n = kh->n_rows - kb < PKV_ATT_BK ? kh->n_rows - kb : PKV_ATT_BK;
         k->att_stage(pkv_kv_key(c, L, kh, kb), pkv_kv_value(c, L, kh, kb), n, dk, dv, c->elem_bytes, kt, vt);
+        if (kb >= whole0 && kb + PKV_ATT_BK <= whole1) {
+            k->att_block(nq, dk, dv, qb, kt, vt, scale, m, l, o);
+            continue;
+        }
         k->att_scores(nq, dk, qb, kt, s);
         /* online softmax: the new running max, the rescale factor of what
          * came before, and the block's weights (exp arguments first) */

@@ -80,6 +80,8 @@ void pkv_gelu_tanh_mul_ref(int64_t n, float *gate, const float *up);
 void pkv_silu_mul_ref(int64_t n, float *gate, const float *up);
 void pkv_att_scores_ref(int nq, int dk, const float *q, const float *kt, float *s);
 void pkv_att_accum_ref(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
+void pkv_att_block_ref(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
+                       float *l, float *o);
 
 /* scalar: every kernel */
 #define X(T) PKV_DECLARE_DEQUANT(scalar, T)
@@ -116,5 +118,7 @@ PKV_AVX512_VEC_DOT_TYPES(X)
 #undef X
 void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, float *s);
 void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
+void pkv_att_block_avx512(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
+                          float *l, float *o);
 
 #endif

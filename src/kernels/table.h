@@ -233,6 +233,15 @@ typedef struct pkv_kernels {
     void (*att_stage)(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt);
     void (*att_scores)(int nq, int dk, const float *q, const float *kt, float *s);
     void (*att_accum)(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
+    /* att_block: one staged block that every one of the nq query rows sees
+     * whole, without soft-cap — the scores, the online-softmax step
+     * (attention.c: v = s scale, m' = max(m, v), p = e^(v - m'),
+     * alpha = e^(m - m'), l = l alpha + sum p in block_sum's order) and the
+     * accumulation, with the bits of att_scores, exp_f32 and att_accum run in
+     * turn (pkv_att_block_ref), but the scores and weights kept in registers
+     * between them. NULL: attention.c runs the steps one by one. */
+    void (*att_block)(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
+                      float *l, float *o);
 
     /* batched matmul kernels by weight type (NULL: none, as in the scalar
      * table, whose references need FMA; see above) */

@@ -147,6 +147,35 @@ static inline void att_accum(int nq, int dv, const float *p, const float *alpha,
     }
 }
 
+/* table.h att_block, composed of the fused references: the scores, then per
+ * query row the online-softmax step exactly as attention.c takes it for a
+ * whole block (its softmax_block_start and block_sum), then the
+ * accumulation. */
+void pkv_att_block_ref(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
+                       float *l, float *o) {
+    enum { MAXQ = 64 };
+    float s[MAXQ * PKV_ATT_BK], alpha[MAXQ];
+    for (int i0 = 0; i0 < nq; i0 += MAXQ) {
+        const int n = nq - i0 < MAXQ ? nq - i0 : MAXQ;
+        att_scores(n, dk, q + (size_t)i0 * dk, kt, s, true);
+        for (int i = 0; i < n; i++) {
+            float *si = s + i * PKV_ATT_BK;
+            float bm = m[i0 + i];
+            for (int j = 0; j < PKV_ATT_BK; j++) {
+                si[j] *= scale;
+                bm = si[j] > bm ? si[j] : bm;
+            }
+            for (int j = 0; j < PKV_ATT_BK; j++) si[j] = exp_poly(si[j] - bm, true);
+            alpha[i] = exp_poly(m[i0 + i] - bm, true);
+            m[i0 + i] = bm;
+            float a[4];
+            for (int e = 0; e < 4; e++) a[e] = (((0.0f + si[e]) + si[4 + e]) + si[8 + e]) + si[12 + e];
+            l[i0 + i] = l[i0 + i] * alpha[i] + ((a[0] + a[1]) + (a[2] + a[3]));
+        }
+        att_accum(n, dv, s, alpha, vt, o + (size_t)i0 * dv, true);
+    }
+}
+
 void pkv_att_scores_scalar(int nq, int dk, const float *q, const float *kt, float *s) { att_scores(nq, dk, q, kt, s, false); }
 void pkv_att_scores_ref(int nq, int dk, const float *q, const float *kt, float *s) { att_scores(nq, dk, q, kt, s, true); }
 void pkv_att_accum_scalar(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o) {
