@@ -51,6 +51,7 @@ struct pkv_pool {
     pkv_item_fn fn;
     void *arg;
     int64_t base;           /* item offset of this batch (jobs over MAX_ITEMS items run in batches) */
+    uint64_t joins;         /* fork-joins run so far (pkv_pool_joins) */
 };
 
 typedef struct {
@@ -190,7 +191,10 @@ void pkv_pool_free(pkv_pool *pool) {
 
 int pkv_pool_size(const pkv_pool *pool) { return pool ? pool->n_threads : 1; }
 
+uint64_t pkv_pool_joins(const pkv_pool *pool) { return pool ? pool->joins : 0; }
+
 static void run_batch(pkv_pool *pool, int64_t base, int64_t n, pkv_item_fn fn, void *arg) {
+    pool->joins++;
     pool->fn = fn;
     pool->arg = arg;
     pool->base = base;

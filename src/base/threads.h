@@ -31,6 +31,10 @@ typedef void (*pkv_task_fn)(void *arg, int ith, int nth);
 pkv_pool *pkv_pool_new(int n_threads);
 void pkv_pool_free(pkv_pool *pool);
 int pkv_pool_size(const pkv_pool *pool);
+/* Jobs handed to the other threads so far (each one a fork and a join; jobs
+ * run inline on one thread are not counted): what a step pays in
+ * synchronisation (tools/bench-threads.c, docs/performance.md). */
+uint64_t pkv_pool_joins(const pkv_pool *pool);
 
 /* fn(arg, i, thread) for every i in [0, n_items). pool may be NULL (runs
  * inline). */
