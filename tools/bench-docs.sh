@@ -6,6 +6,10 @@
 # Steps (default: all but the last two, in this order):
 #   gemma-vs-llamacpp        Gemma 3 270M Q4_K_M: pp512 / tg64 against llama-bench, ROUNDS alternating rounds,
 #                            llama.cpp's OpenMP threads passive (OMP_WAIT_POLICY=passive)
+#   qwen05-vs-llamacpp       the same on Qwen2.5-Coder-0.5B-Instruct Q4_K_M
+#   qwen05-prefill-fa        Qwen 0.5B: pp4096 and pp16384 against llama-bench -fa 1, one round
+#   threads                  build/bench-threads on Qwen 0.5B and the 1B shape: fork-join latency,
+#                            joins per decode step and prefill, 1 against THREADS threads
 #   gemma-vs-llamacpp-spin   the same with OpenMP's default spin-waiting
 #   llama1b-vs-llamacpp      the same on the Llama-3.2-1B shape, Q8_0 (llama1b-vs-llamacpp-spin: spinning)
 #   llama1b-depths           1B shape: decode ms/token after 1K..16K-token prompts, none / snapkv / protokv
@@ -94,6 +98,13 @@ vs_llamacpp() {
 }
 
 step_gemma-vs-llamacpp() { need_gemma; vs_llamacpp gemma-vs-llamacpp "$GEMMA" passive; }
+need_q05() { [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }; }
+step_qwen05-vs-llamacpp() { need_q05; vs_llamacpp qwen05-vs-llamacpp "$Q05" passive; }
+# long prefills: llama.cpp with flash attention on (its tiled attention), one round, one repetition
+step_qwen05-prefill-fa() {
+    need_q05
+    vs_llamacpp qwen05-prefill-fa "$Q05" passive PP=4096,16384 TG=0 REPS=1 ROUNDS=1 LLAMA_ARGS="-fa 1"
+}
 step_gemma-vs-llamacpp-spin() { need_gemma; vs_llamacpp gemma-vs-llamacpp-spin "$GEMMA" default; }
 step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B" passive; }
 step_llama1b-vs-llamacpp-spin() { need_1b; vs_llamacpp llama1b-vs-llamacpp-spin "$L1B" default; }
@@ -130,6 +141,14 @@ step_gemma-depths() {
     run gemma-depths "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 0 --depths 1024,2048,4096,8192,16384,32768 \
         --depth-gen 32 -r "$REPS" -t "$THREADS" --presses "$PRESSES_CMP" \
         --csv "$OUT/gemma-depths.csv" --svg "$OUT/gemma-depths.svg"
+}
+
+# the thread pool: fork-join latency, joins per decode step and prefill, 1..THREADS threads
+step_threads() {
+    need_1b
+    need_q05
+    run threads-qwen05 build/bench-threads -t "$THREADS" -m "$Q05"
+    run threads-llama1b build/bench-threads -t "$THREADS" -m "$L1B"
 }
 
 step_llama1b-32k() {
@@ -171,8 +190,9 @@ step_qwen05-serve() {
         --json "$OUT/qwen05-serve.json"
 }
 
-ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin llama1b-vs-llamacpp llama1b-depths llama1b-vs-llamacpp-d16k
-     gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline qwen05-streams llama1b-streams qwen05-serve)
+ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
+     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline qwen05-prefill-fa
+     threads qwen05-streams llama1b-streams qwen05-serve)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do

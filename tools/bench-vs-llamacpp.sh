@@ -73,7 +73,7 @@ echo "model: $model"
 append_csv() { if [ -s "$2" ]; then tail -n +2 "$1" >> "$2"; else cat "$1" > "$2"; fi; }
 
 llama_round() {
-    if [ "$PP" -gt 0 ] || [ "$TG" -gt 0 ]; then
+    if [ "$PP" != 0 ] || [ "$TG" != 0 ]; then
         echo "running: llama-bench -m $model -p $PP -n $TG -r $REPS -t $threads $LLAMA_ARGS -o csv" >&2
         # shellcheck disable=SC2086 # LLAMA_ARGS is a list of words
         nice -n "$NICE" "$llama_bench" -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" $LLAMA_ARGS -o csv \
@@ -91,7 +91,7 @@ llama_round() {
 
 promptkv_round() {
     local pkv_args
-    if [ "$PP" -gt 0 ] || [ "$TG" -gt 0 ]; then
+    if [ "$PP" != 0 ] || [ "$TG" != 0 ]; then
         pkv_args=(-m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$threads" -o csv)
         echo "running: promptkv bench ${pkv_args[*]}" >&2
         nice -n "$NICE" "$PROMPTKV" bench "${pkv_args[@]}" > "$tmp/one.csv" 2> "$tmp/pkv.err" ||
