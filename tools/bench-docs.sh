@@ -7,7 +7,7 @@
 #   gemma-vs-llamacpp        Gemma 3 270M Q4_K_M: pp512 / tg64 against llama-bench, ROUNDS alternating rounds,
 #                            llama.cpp's OpenMP threads passive (OMP_WAIT_POLICY=passive)
 #   qwen05-vs-llamacpp       the same on Qwen2.5-Coder-0.5B-Instruct Q4_K_M
-#   qwen05-prefill-fa        Qwen 0.5B: pp4096 and pp16384 against llama-bench -fa 1, one round
+#   qwen05-prefill-fa        Qwen 0.5B: pp4096 and pp16384 against llama-bench -fa on, one round
 #   threads                  build/bench-threads on Qwen 0.5B and the 1B shape: fork-join latency,
 #                            joins per decode step and prefill, 1 against THREADS threads
 #   gemma-vs-llamacpp-spin   the same with OpenMP's default spin-waiting
@@ -17,7 +17,7 @@
 #   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
 #   gemma-depths             Gemma: the same curve from 1K to 32K
 #   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
-#   gemma-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
+#   gemma-roofline, qwen05-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
 #   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
@@ -103,7 +103,7 @@ step_qwen05-vs-llamacpp() { need_q05; vs_llamacpp qwen05-vs-llamacpp "$Q05" pass
 # long prefills: llama.cpp with flash attention on (its tiled attention), one round, one repetition
 step_qwen05-prefill-fa() {
     need_q05
-    vs_llamacpp qwen05-prefill-fa "$Q05" passive PP=4096,16384 TG=0 REPS=1 ROUNDS=1 LLAMA_ARGS="-fa 1"
+    vs_llamacpp qwen05-prefill-fa "$Q05" passive PP=4096,16384 TG=0 REPS=1 ROUNDS=1 LLAMA_ARGS="-fa on"
 }
 step_gemma-vs-llamacpp-spin() { need_gemma; vs_llamacpp gemma-vs-llamacpp-spin "$GEMMA" default; }
 step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B" passive; }
@@ -114,6 +114,10 @@ step_llama1b-vs-llamacpp-spin() { need_1b; vs_llamacpp llama1b-vs-llamacpp-spin 
 step_gemma-roofline() {
     need_gemma
     run gemma-roofline "$PROMPTKV" bench -m "$GEMMA" -p 0 -n 64 -r "$REPS" -t "$THREADS"
+}
+step_qwen05-roofline() {
+    need_q05
+    run qwen05-roofline "$PROMPTKV" bench -m "$Q05" -p 0 -n 64 -r "$REPS" -t "$THREADS"
 }
 step_llama1b-roofline() {
     need_1b
@@ -191,7 +195,7 @@ step_qwen05-serve() {
 }
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
-     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem gemma-roofline llama1b-roofline qwen05-prefill-fa
+     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem gemma-roofline qwen05-roofline llama1b-roofline qwen05-prefill-fa
      threads qwen05-streams llama1b-streams qwen05-serve)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
