@@ -38,37 +38,72 @@ static bool same_floats(const float *a, const float *b, size_t n) {
 
 /* ------------------------------------------------------------------ block kernels */
 
+/* n_rows rows of dim random values in cache row type t (F32, F16, Q8_0,
+ * Q4_0), quantised as the cache does it; NULL when dim does not fit t. */
+static uint8_t *random_rows(pkv_type t, int n_rows, int dim, uint64_t *rng) {
+    const size_t rb = pkv_att_row_bytes(t, dim);
+    if ((t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0) && dim % 32) return NULL;
+    float *x = malloc((size_t)dim * sizeof(float));
+    uint8_t *rows = malloc((size_t)n_rows * rb + 1);
+    const pkv_kernels *k = pkv_kernels_get(PKV_SIMD_SCALAR);
+    for (int r = 0; r < n_rows; r++) {
+        for (int d = 0; d < dim; d++) x[d] = rng_sym(rng);
+        if (r == 3) x[dim / 2] = 0.0f; /* a zero among the quants */
+        uint8_t *dst = rows + (size_t)r * rb;
+        if (t == PKV_TYPE_F32) memcpy(dst, x, (size_t)dim * sizeof(float));
+        else if (t == PKV_TYPE_F16) pkv_f32_to_f16_scalar(x, (uint16_t *)dst, dim);
+        else if (t == PKV_TYPE_Q8_0) k->quantize[PKV_TYPE_Q8_0](x, dst, dim);
+        else pkv_quantize_row_ref(PKV_TYPE_Q4_0, x, dst, dim);
+    }
+    free(x);
+    return rows;
+}
+
+static const char *type_label(pkv_type t) { return pkv_type_get(t)->name; }
+
 /* The SIMD block kernels compute the scalar references' bits (fused
  * multiply-adds in order), for odd sizes too; the scalar table's kernels
- * (plain multiply-adds) agree with them to rounding. */
+ * (plain multiply-adds) agree with them to rounding. Staging gives each
+ * element exactly as its type's dequantiser does, for every row type and
+ * pair of key and value types (f32, f16, Q8_0, Q4_0), at every level. */
 TEST(attn_block_kernels_levels_bit_identical) {
     uint64_t rng = 1;
     pkv_simd lv[3];
     const int nl = n_levels(lv);
-    const int dks[] = {16, 24, 256, 67}, dvs[] = {40, 256, 16, 9}, nqs[] = {1, 3, 8, 13, 64}, ns[] = {16, 5, 1};
+    const int dks[] = {16, 24, 256, 67, 32, 64, 96}, dvs[] = {40, 256, 16, 9, 64, 128, 32};
+    const int nqs[] = {1, 3, 8, 13, 64}, ns[] = {16, 5, 1};
+    const pkv_type pairs[][2] = {{PKV_TYPE_F32, PKV_TYPE_F32},   {PKV_TYPE_F16, PKV_TYPE_F16},
+                                 {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                                 {PKV_TYPE_Q8_0, PKV_TYPE_F16},  {PKV_TYPE_F32, PKV_TYPE_Q4_0}};
     enum { MAXD = 256, MAXQ = 64 };
     static float q[MAXQ * MAXD], kt[3][MAXD * 16], vt[3][16 * MAXD], s[3][MAXQ * 16], o[3][MAXQ * MAXD], p[MAXQ * 16];
-    static uint16_t k16[16 * MAXD], v16[16 * MAXD];
-    static float k32[16 * MAXD], v32[16 * MAXD];
+    static float kdq[16 * MAXD], vdq[16 * MAXD];
     float alpha[MAXQ];
-    for (int di = 0; di < 4; di++) {
-        const int dk = dks[di], dv = dvs[di];
-        for (int i = 0; i < 16 * MAXD; i++) {
-            k32[i] = rng_sym(&rng), v32[i] = rng_sym(&rng);
-            k16[i] = pkv_f32_to_f16(k32[i]), v16[i] = pkv_f32_to_f16(v32[i]);
-        }
-        for (int i = 0; i < MAXQ * MAXD; i++) q[i] = rng_sym(&rng);
-        for (int i = 0; i < MAXQ * 16; i++) p[i] = rng_sym(&rng) > 0 ? rng_sym(&rng) * rng_sym(&rng) : 0.0f;
-        for (int i = 0; i < MAXQ; i++) alpha[i] = 0.5f + 0.5f * rng_sym(&rng);
-        for (int ni = 0; ni < 3; ni++)
-            for (int f16 = 0; f16 < 2; f16++)
+    int n_staged_quant = 0;
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    for (int di = 0; di < 7; di++)
+        for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+            const int dk = dks[di], dv = dvs[di];
+            const pkv_type tk = pairs[pi][0], tv = pairs[pi][1];
+            uint8_t *krows = random_rows(tk, 16, dk, &rng), *vrows = random_rows(tv, 16, dv, &rng);
+            if (!krows || !vrows) {
+                free(krows), free(vrows);
+                continue;
+            }
+            n_staged_quant += tk == PKV_TYPE_Q8_0 || tk == PKV_TYPE_Q4_0 || tv == PKV_TYPE_Q8_0 || tv == PKV_TYPE_Q4_0;
+            /* what the staged block must hold: each row through its type's dequantiser */
+            sk->dequant[tk](krows, kdq, 16 * dk);
+            sk->dequant[tv](vrows, vdq, 16 * dv);
+            for (int i = 0; i < MAXQ * MAXD; i++) q[i] = rng_sym(&rng);
+            for (int i = 0; i < MAXQ * 16; i++) p[i] = rng_sym(&rng) > 0 ? rng_sym(&rng) * rng_sym(&rng) : 0.0f;
+            for (int i = 0; i < MAXQ; i++) alpha[i] = 0.5f + 0.5f * rng_sym(&rng);
+            for (int ni = 0; ni < 3; ni++)
                 for (int qi = 0; qi < 5; qi++) {
                     const int n = ns[ni], nq = nqs[qi];
                     static float s_ref[MAXQ * 16], o_ref[MAXQ * MAXD];
                     for (int li = 0; li < nl; li++) {
                         const pkv_kernels *k = pkv_kernels_get(lv[li]);
-                        k->att_stage(f16 ? (const void *)k16 : k32, f16 ? (const void *)v16 : v32, n, dk, dv, f16 ? 2 : 4,
-                                     kt[li], vt[li]);
+                        k->att_stage(krows, vrows, n, dk, dv, tk, tv, kt[li], vt[li]);
                         k->att_scores(nq, dk, q, kt[li], s[li]);
                         for (int i = 0; i < nq * dv; i++) o[li][i] = q[i % (MAXQ * MAXD)];
                         k->att_accum(nq, dv, p, alpha, vt[li], o[li]);
@@ -80,25 +115,32 @@ TEST(attn_block_kernels_levels_bit_identical) {
                             for (int i = 0; i < nq * 16; i++) worst = fmax(worst, fabs(s[0][i] - s_ref[i]));
                             for (int i = 0; i < nq * dv; i++) worst = fmax(worst, fabs(o[0][i] - o_ref[i]));
                             CHECK_MSG(worst <= 1e-5 * dk, "scalar block kernels vs reference: %.3g (dk %d)", worst, dk);
-                            /* the staged block is the cache rows, transposed, zero past n */
+                            /* the staged block is the cache rows dequantised, keys transposed, zero past n */
                             bool ok = true;
-                            for (int j = 0; j < 16; j++)
-                                for (int d = 0; d < dk; d++) {
-                                    const float want = j < n ? (f16 ? pkv_f16_to_f32(k16[j * dk + d]) : k32[j * dk + d]) : 0.0f;
-                                    ok &= kt[0][d * 16 + j] == want;
-                                }
-                            CHECK_MSG(ok, "att_stage keys wrong (dk %d, n %d)", dk, n);
+                            for (int j = 0; j < 16; j++) {
+                                for (int d = 0; d < dk; d++)
+                                    ok &= pkv_f32_to_bits(kt[0][d * 16 + j]) ==
+                                          pkv_f32_to_bits(j < n ? kdq[j * dk + d] : 0.0f);
+                                for (int e = 0; e < dv; e++)
+                                    ok &= pkv_f32_to_bits(vt[0][j * dv + e]) ==
+                                          pkv_f32_to_bits(j < n ? vdq[j * dv + e] : 0.0f);
+                            }
+                            CHECK_MSG(ok, "att_stage %s/%s rows wrong (dk %d dv %d, n %d)", type_label(tk),
+                                      type_label(tv), dk, dv, n);
                             continue;
                         }
                         CHECK_MSG(same_floats(kt[0], kt[li], (size_t)dk * 16) && same_floats(vt[0], vt[li], (size_t)16 * dv),
-                                  "att_stage %s differs (dk %d dv %d n %d)", pkv_simd_name(lv[li]), dk, dv, n);
+                                  "att_stage %s differs (%s/%s, dk %d dv %d n %d)", pkv_simd_name(lv[li]), type_label(tk),
+                                  type_label(tv), dk, dv, n);
                         CHECK_MSG(same_floats(s_ref, s[li], (size_t)nq * 16), "att_scores %s differs (dk %d nq %d)",
                                   pkv_simd_name(lv[li]), dk, nq);
                         CHECK_MSG(same_floats(o_ref, o[li], (size_t)nq * dv), "att_accum %s differs (dv %d nq %d)",
                                   pkv_simd_name(lv[li]), dv, nq);
                     }
                 }
-    }
+            free(krows), free(vrows);
+        }
+    CHECK(n_staged_quant >= 12); /* the quantised pairs ran at several sizes, not skipped */
 }
 
 /* ------------------------------------------------------------------ full attention */

@@ -243,7 +243,8 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
     int ja[TILE_Q], jb[TILE_Q];
     for (int kb = r0; kb < r1; kb += PKV_ATT_BK) {
         const int n = kh->n_rows - kb < PKV_ATT_BK ? kh->n_rows - kb : PKV_ATT_BK;
-        k->att_stage(pkv_kv_key(c, L, kh, kb), pkv_kv_value(c, L, kh, kb), n, dk, dv, c->elem_bytes, kt, vt);
+        const pkv_type rt = c->type == PKV_CACHE_F32 ? PKV_TYPE_F32 : PKV_TYPE_F16;
+        k->att_stage(pkv_kv_key(c, L, kh, kb), pkv_kv_value(c, L, kh, kb), n, dk, dv, rt, rt, kt, vt);
         k->att_scores(nq, dk, qb, kt, s);
         /* online softmax: the new running max, the rescale factor of what
          * came before, and the block's weights (exp arguments first) */
