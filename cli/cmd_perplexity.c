@@ -64,12 +64,12 @@ int cmd_perplexity(int argc, char **argv) {
     }
     int rc = EXIT_RUNTIME;
     pkv_error err;
-    int cap = (int)(len + 16);
-    int32_t *tokens = malloc((size_t)cap * sizeof *tokens);
+    /* a buffer that grows: byte fallback gives up to three ids per input byte */
+    int32_t *tokens = NULL;
+    int n_tok = 0, cap = 0;
     pkv_session *s = NULL;
-    int n_tok = tokens ? pkv_tokenize(m, text, len, true, false, tokens, cap, &err) : -1;
-    if (n_tok < 0) {
-        cli_error(cmd, "%s", tokens ? err.msg : "out of memory");
+    if (pkv_tokenize_append(m, text, len, true, false, &tokens, &n_tok, &cap, &err) < 0) {
+        cli_error(cmd, "%s", err.msg);
         goto done;
     }
     so.n_ctx = (int)n_ctx;

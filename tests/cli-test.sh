@@ -96,6 +96,10 @@ else fail=$((fail + 1)); echo "FAIL cli_tokenize_three_ids_per_byte: $count ids,
 expect_out run_three_ids_per_byte '.' -- sh -c "\"$bin\" run -m tests/fixtures/models/tiny-qwen2-f32.gguf \
     -f \"$tmp/ff.txt\" -c 2048 -n 1 2>&1 >/dev/null | grep 'prompt tokens: *1554'"
 
+# perplexity tokenizes into a buffer that grows (it used to assume one id per byte and read past its buffer)
+expect perplexity_three_ids_per_byte 0 'perplexity: 1554 tokens, chunks of 64' -- \
+    "$bin" perplexity -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" -c 64 -t 1
+
 # NaN weights pass the load checks; every step's logits are NaN: a clean
 # error naming the step in every sampling mode, never a token
 "$edit" "$tiny" "$tmp/nan.gguf" --fill output_norm.weight nan
