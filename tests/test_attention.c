@@ -147,7 +147,7 @@ TEST(attn_block_kernels_levels_bit_identical) {
 
 typedef struct {
     int n_head, n_kv, dk, dv, window;
-    pkv_cache_type type;
+    pkv_cache_type type_k, type_v;
     float softcap;
 } geometry;
 
@@ -156,7 +156,7 @@ typedef struct {
 static bool make_cache(pkv_kvcache *c, const geometry *g, int n_prompt, uint64_t *rng) {
     pkv_error err;
     const int windows[1] = {g->window};
-    if (pkv_kvcache_init(c, g->type, 1, g->n_kv, g->dk, g->dv, windows, &err)) return false;
+    if (pkv_kvcache_init(c, g->type_k, g->type_v, 1, g->n_kv, g->dk, g->dv, windows, &err)) return false;
     const pkv_kernels *kern = pkv_kernels_get(PKV_SIMD_SCALAR);
     float *k = malloc((size_t)n_prompt * g->n_kv * g->dk * sizeof(float));
     float *v = malloc((size_t)n_prompt * g->n_kv * g->dv * sizeof(float));
@@ -177,8 +177,11 @@ static bool make_cache(pkv_kvcache *c, const geometry *g, int n_prompt, uint64_t
     return ok;
 }
 
-static float cache_val(const pkv_kvcache *c, const void *row, int d) {
-    return c->type == PKV_CACHE_F16 ? pkv_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+/* A cache row as the scalar dequantiser reads it (f16 and f32 rows exactly). */
+static void row_floats(pkv_type t, const void *row, int dim, double *out) {
+    float x[512];
+    pkv_kernels_get(PKV_SIMD_SCALAR)->dequant[t](row, x, dim);
+    for (int d = 0; d < dim; d++) out[d] = x[d];
 }
 
 /* Naive attention in double; also returns the largest |v| for tolerances. */
@@ -186,7 +189,7 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
                             float scale, double *out) {
     const pkv_kv_layer *L = &c->layers[0];
     const int group = g->n_head / L->n_heads;
-    double *w = malloc(((size_t)L->heads[0].n_rows + 1) * sizeof(double));
+    double *w = malloc(((size_t)L->heads[0].n_rows + 1) * sizeof(double)), kv[512];
     for (int t = 0; t < n_tok; t++)
         for (int h = 0; h < g->n_head; h++) {
             const pkv_kv_head *kh = &L->heads[h / group];
@@ -198,8 +201,8 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
                 const int32_t p = kh->pos[r];
                 if (p > qpos[t] || (g->window > 0 && p <= qpos[t] - g->window)) continue;
                 double s = 0.0;
-                const void *krow = pkv_kv_key(c, L, kh, r);
-                for (int d = 0; d < g->dk; d++) s += (double)qv[d] * cache_val(c, krow, d);
+                row_floats(c->kern_k, pkv_kv_key(L, kh, r), g->dk, kv);
+                for (int d = 0; d < g->dk; d++) s += (double)qv[d] * kv[d];
                 s *= scale;
                 if (g->softcap > 0.0f) s = g->softcap * tanh(s / g->softcap);
                 w[r] = s;
@@ -210,8 +213,8 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
                 if (!isnan(w[r])) sum += w[r] = exp(w[r] - mx);
             for (int r = 0; r < kh->n_rows; r++) {
                 if (isnan(w[r])) continue;
-                const void *vrow = pkv_kv_value(c, L, kh, r);
-                for (int e = 0; e < g->dv; e++) o[e] += w[r] / sum * cache_val(c, vrow, e);
+                row_floats(c->kern_v, pkv_kv_value(L, kh, r), g->dv, kv);
+                for (int e = 0; e < g->dv; e++) o[e] += w[r] / sum * kv[e];
             }
         }
     free(w);
@@ -237,15 +240,18 @@ static void make_queries(const geometry *g, int n_prompt, int n_tok, int kind, f
     for (int t = 0; t < n_tok; t++) qpos[t] = kind == 0 ? n_prompt - n_tok + t : kind == 1 ? n_prompt + 3 + t : n_prompt / 3 + 2 * t;
 }
 
-/* Against the naive reference: GQA groups of 1, 4 and 8 (one tile holding
- * several tokens or a slice of heads), sliding windows, soft-capping, f16 and
- * f32 caches, prefill and decode shapes, every SIMD level; the SIMD levels
- * agree bit for bit. */
+/* Against the naive reference over the rows as the cache holds them
+ * (quantised rows dequantised in double): GQA groups of 1, 4 and 8 (one
+ * tile holding several tokens or a slice of heads), sliding windows,
+ * soft-capping, f16, f32, Q8_0 and Q4_0 rows and mixed key and value types,
+ * prefill and decode shapes, every SIMD level; the SIMD levels agree bit for
+ * bit. */
 TEST(attn_matches_naive_reference) {
     const geometry geos[] = {
-        {8, 2, 32, 24, 0, PKV_CACHE_F32, 0.0f},  {8, 2, 32, 24, 20, PKV_CACHE_F16, 0.0f},
-        {4, 1, 256, 256, 0, PKV_CACHE_F16, 0.0f}, {8, 1, 16, 16, 37, PKV_CACHE_F32, 5.0f},
-        {3, 3, 64, 64, 0, PKV_CACHE_F16, 0.0f},
+        {8, 2, 32, 24, 0, PKV_CACHE_F32, PKV_CACHE_F32, 0.0f},    {8, 2, 32, 24, 20, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f},
+        {4, 1, 256, 256, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f},  {8, 1, 16, 16, 37, PKV_CACHE_F32, PKV_CACHE_F32, 5.0f},
+        {3, 3, 64, 64, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f},    {8, 2, 64, 32, 0, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, 0.0f},
+        {4, 1, 128, 128, 20, PKV_CACHE_Q4_0, PKV_CACHE_Q4_0, 0.0f}, {8, 2, 32, 24, 0, PKV_CACHE_Q8_0, PKV_CACHE_F16, 5.0f},
     };
     const int toks[] = {1, 2, 37, 70};
     uint64_t rng = 21;
@@ -291,7 +297,7 @@ TEST(attn_matches_naive_reference) {
 /* 1, 2 and 3 threads give the same bits: a prefill shape, and a decode
  * shape long enough to be cut into chunks that threads take separately. */
 TEST(attn_thread_count_invariant) {
-    const geometry g = {4, 1, 64, 64, 0, PKV_CACHE_F16, 0.0f};
+    const geometry g = {4, 1, 64, 64, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f};
     uint64_t rng = 33;
     pkv_kvcache c;
     REQUIRE(make_cache(&c, &g, 2000, &rng));
@@ -320,7 +326,7 @@ TEST(attn_thread_count_invariant) {
 
 /* A query that sees no row (before every kept position) gets zeros. */
 TEST(attn_empty_range_is_zero) {
-    const geometry g = {2, 1, 16, 16, 4, PKV_CACHE_F32, 0.0f};
+    const geometry g = {2, 1, 16, 16, 4, PKV_CACHE_F32, PKV_CACHE_F32, 0.0f};
     uint64_t rng = 5;
     pkv_kvcache c;
     REQUIRE(make_cache(&c, &g, 40, &rng));
@@ -345,7 +351,7 @@ TEST(attn_empty_range_is_zero) {
  * path, each query adds a distribution (sum 1) over the rows it sees, and
  * the sums do not depend on the thread count. */
 TEST(attn_acc_probs) {
-    const geometry g = {4, 2, 32, 32, 0, PKV_CACHE_F16, 0.0f};
+    const geometry g = {4, 2, 32, 32, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f};
     uint64_t rng = 8;
     pkv_kvcache c;
     REQUIRE(make_cache(&c, &g, 90, &rng));
@@ -370,4 +376,64 @@ TEST(attn_acc_probs) {
     }
     free(plain);
     pkv_kvcache_free(&c);
+}
+
+/* Attention over quantised rows is attention over those rows dequantised:
+ * an f32 cache holding the Q8_0/Q4_0 cache's rows as its dequantiser gives
+ * them produces the same outputs and the same accumulated probabilities
+ * (H2O), bit for bit, at every SIMD level, prefill and decode shapes, with a
+ * window and a soft-cap: the staging is exact and the rest is the f32 path. */
+TEST(attn_quantised_rows_equal_their_dequantisation) {
+    const geometry geos[] = {
+        {8, 2, 64, 32, 0, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, 0.0f},
+        {4, 1, 128, 128, 20, PKV_CACHE_Q4_0, PKV_CACHE_Q4_0, 0.0f},
+        {8, 2, 32, 64, 0, PKV_CACHE_Q8_0, PKV_CACHE_F16, 5.0f},
+        {4, 2, 32, 32, 0, PKV_CACHE_F32, PKV_CACHE_Q4_0, 0.0f},
+    };
+    uint64_t rng = 77;
+    pkv_simd lv[3];
+    const int nl = n_levels(lv);
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    for (size_t gi = 0; gi < sizeof geos / sizeof *geos; gi++) {
+        const geometry *g = &geos[gi];
+        const geometry gf = {g->n_head, g->n_kv, g->dk, g->dv, g->window, PKV_CACHE_F32, PKV_CACHE_F32, g->softcap};
+        pkv_kvcache qc, fc;
+        pkv_error err;
+        REQUIRE(make_cache(&qc, g, 120, &rng));
+        const int windows[1] = {g->window};
+        REQUIRE(pkv_kvcache_init(&fc, PKV_CACHE_F32, PKV_CACHE_F32, 1, g->n_kv, g->dk, g->dv, windows, &err) == 0);
+        for (int h = 0; h < g->n_kv; h++) {
+            const int n = qc.layers[0].heads[h].n_rows;
+            float *k = malloc((size_t)n * g->dk * sizeof(float) + 4), *v = malloc((size_t)n * g->dv * sizeof(float) + 4);
+            pkv_kvcache_read_k(&qc, sk, 0, h, k);
+            pkv_kvcache_read_v(&qc, sk, 0, h, v);
+            REQUIRE(pkv_kvcache_put_rows(&fc, 0, h, n, k, v, qc.layers[0].heads[h].pos, &err) == 0);
+            free(k), free(v);
+        }
+        const int toks[] = {1, 3, 40};
+        for (int ti = 0; ti < 3; ti++)
+            for (int li = 0; li < nl; li++) {
+                const int n_tok = toks[ti];
+                float *q = malloc((size_t)n_tok * g->n_head * g->dk * sizeof(float));
+                int32_t qpos[40];
+                make_queries(g, 120, n_tok, ti == 2 ? 0 : 1, q, qpos, &rng);
+                float *sums[2][8];
+                for (int s = 0; s < 2; s++)
+                    for (int h = 0; h < g->n_head; h++) sums[s][h] = calloc(128, sizeof(float));
+                float *a = run_attention(&qc, g, lv[li], 2, q, qpos, n_tok, 0.2f, sums[0]);
+                float *b = run_attention(&fc, &gf, lv[li], 2, q, qpos, n_tok, 0.2f, sums[1]);
+                CHECK_MSG(same_floats(a, b, (size_t)n_tok * g->n_head * g->dv),
+                          "geometry %zu (%s/%s), %d tokens, %s: outputs differ from the dequantised rows'", gi,
+                          pkv_cache_type_name(g->type_k), pkv_cache_type_name(g->type_v), n_tok, pkv_simd_name(lv[li]));
+                bool same = true;
+                for (int h = 0; h < g->n_head; h++) same &= same_floats(sums[0][h], sums[1][h], 128);
+                CHECK_MSG(same, "geometry %zu, %d tokens, %s: accumulated probabilities differ", gi, n_tok,
+                          pkv_simd_name(lv[li]));
+                for (int s = 0; s < 2; s++)
+                    for (int h = 0; h < g->n_head; h++) free(sums[s][h]);
+                free(a), free(b), free(q);
+            }
+        pkv_kvcache_free(&qc);
+        pkv_kvcache_free(&fc);
+    }
 }
