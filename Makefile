@@ -152,7 +152,8 @@ $(BUILD)/fuzz_gguf: fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRC) src/format/gguf.h
 
 # the saved-cache reader and the cache it fills
 fuzz-cachefile: $(BUILD)/fuzz_cachefile
-FUZZ_CACHEFILE_SRC = src/cache/kvfile.c src/cache/kvcache.c src/base/crc64.c src/base/error.c
+FUZZ_CACHEFILE_SRC = src/cache/kvfile.c src/cache/kvcache.c src/base/crc64.c src/base/error.c src/kernels/quant.c \
+                     src/kernels/vec.c
 $(BUILD)/fuzz_cachefile: fuzz/fuzz_cachefile.c $(FUZZ_CACHEFILE_SRC) src/cache/kvfile.h src/cache/kvcache.h
 	@mkdir -p $(BUILD)
 	clang -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(FUZZ_FLAGS) fuzz/fuzz_cachefile.c $(FUZZ_CACHEFILE_SRC) -o $@ -lm

@@ -154,14 +154,10 @@ bool cli_simd(const char *cmd, const char *s, pkv_simd *out) {
     return true;
 }
 
-bool cli_cache_type(const char *cmd, const char *s, pkv_cache_type *out) {
-    if (!strcmp(s, "f16")) *out = PKV_CACHE_F16;
-    else if (!strcmp(s, "f32")) *out = PKV_CACHE_F32;
-    else {
-        cli_error(cmd, "--cache-type must be f16 or f32, got '%s'", s);
-        return false;
-    }
-    return true;
+bool cli_cache_type(const char *cmd, const char *flag, const char *s, pkv_cache_type *out) {
+    if (pkv_cache_type_parse(s, out)) return true;
+    cli_error(cmd, "%s must be f16, f32, q8_0 or q4_0, got '%s'", flag, s);
+    return false;
 }
 
 void cli_model_id(const char *path, char *out, size_t len) {

@@ -33,7 +33,10 @@ static const char BENCH_USAGE[] =
     "      --no-warmup      skip the warmup run\n"
     "  -t N                 threads (default: all CPUs)\n"
     "  -b N                 prefill chunk in tokens (default 512)\n"
-    "      --cache-type T   f16 (default) or f32\n"
+    "      --cache-type T   how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0\n"
+    "                       (q8_0/q4_0: ggml blocks of 32, for head sizes divisible by 32)\n"
+    "      --cache-type-k T, --cache-type-v T\n"
+    "                       the same for keys or for values alone (-ctk, -ctv)\n"
     "      --seed S         seed of the random tokens\n"
     "      --simd S         auto (default), scalar, avx2, avx512\n"
     "  -o md|csv            output format (default md)\n"
@@ -196,13 +199,14 @@ static int parse_args(bench_args *a, int argc, char **argv) {
     const char *cmd = "bench";
     a->engine.n_threads = a->o.n_threads;
     a->engine.n_batch = a->o.n_batch;
-    a->engine.cache_type = a->o.cache_type;
+    a->engine.cache = (cli_cache_types){a->o.cache_type_k, a->o.cache_type_v};
     int rc = cli_parse_command(cmd, BENCH_USAGE, false, &a->pa, &a->engine, BENCH_FLAGS, a, parse_list_flag, true, argc,
                                argv);
     if (rc) return rc;
     a->o.n_threads = a->engine.n_threads;
     a->o.n_batch = a->engine.n_batch;
-    a->o.cache_type = a->engine.cache_type;
+    a->o.cache_type_k = a->engine.cache.k;
+    a->o.cache_type_v = a->engine.cache.v;
     return 0;
 }
 

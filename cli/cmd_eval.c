@@ -128,7 +128,7 @@ static char *command_line(int argc, char **argv) {
     return pkv_sbuf_take(&b);
 }
 
-/* run.json: what must not change when a run is resumed (model, seed). */
+/* run.json: what must not change when a run is resumed (model, seed, chat, cache types). */
 static int check_or_write_manifest(const eval_args *a, const char *name, const char *command, bool fresh) {
     char path[4096];
     path_in(path, sizeof path, a->out_dir, "run.json");
@@ -153,6 +153,16 @@ static int check_or_write_manifest(const eval_args *a, const char *name, const c
             cli_error("eval", "%s holds a run with the chat format %s; this one has it %s (see --chat)", a->out_dir,
                       chat ? "on" : "off", a->chat == 1 ? "on" : "off");
             same = false;
+        } else {
+            /* runs written before the cache types were f16 runs */
+            const char *tk = pkv_json_get_str(j, "cache_type_k", "f16");
+            const char *tv = pkv_json_get_str(j, "cache_type_v", "f16");
+            if (strcmp(tk, pkv_cache_type_name(a->cache.k)) || strcmp(tv, pkv_cache_type_name(a->cache.v))) {
+                cli_error("eval", "%s holds a run with %s keys and %s values in the cache; this one has %s and %s "
+                          "(see --cache-type)", a->out_dir, tk, tv, pkv_cache_type_name(a->cache.k),
+                          pkv_cache_type_name(a->cache.v));
+                same = false;
+            }
         }
         pkv_json_free(j);
         return same ? 0 : -1;
@@ -160,9 +170,11 @@ static int check_or_write_manifest(const eval_args *a, const char *name, const c
     pkv_sbuf b = {0};
     pkv_sbuf_puts(&b, "{\"model\":");
     pkv_json_str(&b, name);
-    pkv_sbuf_printf(&b, ",\"model_bytes\":%lld,\"seed\":%llu,\"prose_seed\":%llu,\"chat\":%s,\"command\":",
+    pkv_sbuf_printf(&b,
+                    ",\"model_bytes\":%lld,\"seed\":%llu,\"prose_seed\":%llu,\"chat\":%s,\"cache_type_k\":\"%s\","
+                    "\"cache_type_v\":\"%s\",\"command\":",
                     model_bytes, (unsigned long long)a->seed, (unsigned long long)PKV_PROSE_SEED,
-                    a->chat == 1 ? "true" : "false");
+                    a->chat == 1 ? "true" : "false", pkv_cache_type_name(a->cache.k), pkv_cache_type_name(a->cache.v));
     pkv_json_str(&b, command);
     pkv_sbuf_puts(&b, "}\n");
     FILE *f = fopen(path, "wb");
@@ -473,6 +485,8 @@ int cmd_eval(int argc, char **argv) {
         .model = model,
         .runner = {.n_threads = threads,
                    .n_ctx = max_length(&a) + 64,
+                   .cache_type_k = a.cache.k,
+                   .cache_type_v = a.cache.v,
                    .keep_window = a.window,
                    .attn_sums = attn_sums,
                    .query_stats = query_stats,

@@ -92,15 +92,19 @@ int cmd_info(int argc, char **argv) {
     printf("tensors:        %d\n", n);
     for (int k = 0; k < n_types; k++) printf("  %-6s %4d tensors, %8.2f MiB\n", types[k], counts[k], mib(bytes[k]));
 
-    uint64_t kv16 = pkv_model_kv_bytes_per_token(m, 2);
+    uint64_t kv16 = pkv_model_kv_bytes_per_token(m, PKV_CACHE_F16, PKV_CACHE_F16);
+    uint64_t kv8 = pkv_model_kv_bytes_per_token(m, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0);
+    uint64_t kv4 = pkv_model_kv_bytes_per_token(m, PKV_CACHE_Q4_0, PKV_CACHE_Q4_0);
     printf("memory:\n");
     printf("  weights        %.2f MiB (memory-mapped)\n", mib(mi.weight_bytes));
     printf("  kv cache       %.2f KiB per token in f16 (all layers; sliding layers stop growing at %d)\n",
            kv16 / 1024.0, mi.sliding_window);
+    if (kv8) printf("                 %.2f KiB in q8_0, %.2f KiB in q4_0 (--cache-type)\n", kv8 / 1024.0, kv4 / 1024.0);
     int ctxs[] = {4096, 32768, mi.n_ctx_train};
     for (int c = 0; c < 3; c++)
         if (c < 2 || (ctxs[c] != ctxs[0] && ctxs[c] != ctxs[1]))
-            printf("  full cache at %6d tokens: %.1f MiB (f16)\n", ctxs[c], mib(pkv_model_kv_bytes_full(m, ctxs[c], 2)));
+            printf("  full cache at %6d tokens: %.1f MiB (f16)\n", ctxs[c],
+                   mib(pkv_model_kv_bytes_full(m, ctxs[c], PKV_CACHE_F16, PKV_CACHE_F16)));
 
     if (tensors) {
         printf("\n%-40s %-6s %-24s %12s\n", "tensor", "type", "shape (ne)", "bytes");

@@ -38,7 +38,10 @@ static const char INSPECT_USAGE[] =
     "                       --clusters all: one line per full layer and head with how tightly SATs cluster\n"
     "  -t, --threads N      threads\n"
     "  -c, --ctx-size N     context length (default: the model's)\n"
-    "      --cache-type T   f16 (default) or f32\n"
+    "      --cache-type T   how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0\n"
+    "                       (q8_0/q4_0: ggml blocks of 32, for head sizes divisible by 32)\n"
+    "      --cache-type-k T, --cache-type-v T\n"
+    "                       the same for keys or for values alone (-ctk, -ctv)\n"
     "  -h, --help           this help; press options as in promptkv run --help-press\n";
 
 typedef struct {
@@ -298,7 +301,12 @@ static int parse_args(int argc, char **argv, inspect_args *a) {
             if (!cli_int(cmd, f, v, 1, 1 << 30, &n)) return -1;
             a->so.n_ctx = (int)n;
         } else if (!strcmp(f, "--cache-type")) {
-            if (!cli_cache_type(cmd, v, &a->so.cache_type)) return -1;
+            if (!cli_cache_type(cmd, f, v, &a->so.cache_type_k)) return -1;
+            a->so.cache_type_v = a->so.cache_type_k;
+        } else if (!strcmp(f, "--cache-type-k") || !strcmp(f, "-ctk")) {
+            if (!cli_cache_type(cmd, f, v, &a->so.cache_type_k)) return -1;
+        } else if (!strcmp(f, "--cache-type-v") || !strcmp(f, "-ctv")) {
+            if (!cli_cache_type(cmd, f, v, &a->so.cache_type_v)) return -1;
         } else {
             cli_error(cmd, "unknown option '%s' (see promptkv inspect --help)", f);
             return -1;

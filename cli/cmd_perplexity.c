@@ -9,10 +9,12 @@
 #include "eval/perplexity.h"
 
 static const char PPL_USAGE[] =
-    "usage: promptkv perplexity -m MODEL -f FILE [-c N_CTX] [-t THREADS] [--chunks N] [--cache-type f16|f32]\n"
+    "usage: promptkv perplexity -m MODEL -f FILE [-c N_CTX] [-t THREADS] [--chunks N]\n"
+    "                           [--cache-type T] [--cache-type-k T] [--cache-type-v T]\n"
     "\n"
     "Perplexity of a text, computed like llama-perplexity (chunks of N_CTX tokens, default 512,\n"
-    "second half of each chunk scored). Needs at least 2 x N_CTX tokens.\n";
+    "second half of each chunk scored). Needs at least 2 x N_CTX tokens. Cache types T: f16 (default),\n"
+    "f32, q8_0, q4_0 (--cache-type sets keys and values; q8_0 and q4_0 need head sizes divisible by 32).\n";
 
 static void show_chunk(void *user, int chunk, double ppl) {
     (void)user;
@@ -42,7 +44,12 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(f, "--chunks")) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &max_chunks)) return EXIT_USAGE;
         } else if (!strcmp(f, "--cache-type")) {
-            if (!cli_cache_type(cmd, v, &so.cache_type)) return EXIT_USAGE;
+            if (!cli_cache_type(cmd, f, v, &so.cache_type_k)) return EXIT_USAGE;
+            so.cache_type_v = so.cache_type_k;
+        } else if (!strcmp(f, "--cache-type-k") || !strcmp(f, "-ctk")) {
+            if (!cli_cache_type(cmd, f, v, &so.cache_type_k)) return EXIT_USAGE;
+        } else if (!strcmp(f, "--cache-type-v") || !strcmp(f, "-ctv")) {
+            if (!cli_cache_type(cmd, f, v, &so.cache_type_v)) return EXIT_USAGE;
         } else {
             cli_error(cmd, "unknown option '%s' (see promptkv perplexity --help)", f);
             return EXIT_USAGE;
@@ -64,12 +71,12 @@ int cmd_perplexity(int argc, char **argv) {
     }
     int rc = EXIT_RUNTIME;
     pkv_error err;
-    int cap = (int)(len + 16);
-    int32_t *tokens = malloc((size_t)cap * sizeof *tokens);
+    /* a buffer that grows: byte fallback gives up to three ids per input byte */
+    int32_t *tokens = NULL;
+    int n_tok = 0, cap = 0;
     pkv_session *s = NULL;
-    int n_tok = tokens ? pkv_tokenize(m, text, len, true, false, tokens, cap, &err) : -1;
-    if (n_tok < 0) {
-        cli_error(cmd, "%s", tokens ? err.msg : "out of memory");
+    if (pkv_tokenize_append(m, text, len, true, false, &tokens, &n_tok, &cap, &err) < 0) {
+        cli_error(cmd, "%s", err.msg);
         goto done;
     }
     so.n_ctx = (int)n_ctx;

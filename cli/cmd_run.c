@@ -34,7 +34,10 @@ static const char RUN_USAGE[] =
     "      --min-p P         drop tokens below P x the top probability (0: off)\n"
     "      --seed S          sampling seed (default 42)\n"
     "      --ignore-eos      keep generating past end-of-generation tokens\n"
-    "      --cache-type T    f16 (default) or f32\n"
+    "      --cache-type T    how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0\n"
+    "                        (q8_0/q4_0: ggml blocks of 32, for head sizes divisible by 32)\n"
+    "      --cache-type-k T, --cache-type-v T\n"
+    "                        the same for keys or for values alone (-ctk, -ctv)\n"
     "      --simd L          auto, scalar, avx2, avx512 (default auto)\n"
     "  -q, --question TEXT   a question appended after the prompt; with --mode query_agnostic the\n"
     "                        prompt is compressed first and the question fed on top (kvpress's protocol)\n"
@@ -98,12 +101,13 @@ static int parse_args(int argc, char **argv, run_args *a) {
     a->n_predict = 128;
     pkv_session_opts_default(&a->sopts);
     pkv_sampler_params_default(&a->sampling);
-    a->engine.cache_type = a->sopts.cache_type;
+    a->engine.cache = (cli_cache_types){a->sopts.cache_type_k, a->sopts.cache_type_v};
     int rc = cli_parse_command(cmd, RUN_USAGE, true, &a->press, &a->engine, RUN_FLAGS, a, NULL, false, argc, argv);
     if (rc) return rc;
     a->sopts.n_threads = a->engine.n_threads;
     if (a->engine.n_batch) a->sopts.n_batch = a->engine.n_batch;
-    a->sopts.cache_type = a->engine.cache_type;
+    a->sopts.cache_type_k = a->engine.cache.k;
+    a->sopts.cache_type_v = a->engine.cache.v;
     if (!a->engine.model_path) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;

@@ -46,7 +46,10 @@ static const char SERVE_USAGE[] =
     "      --body-timeout S    seconds a client may take to send a request (default 30; then 408)\n"
     "      --max-connections N open connections (default 128)\n"
     "      --drain-timeout S   seconds SIGTERM waits for running requests (default 60)\n"
-    "      --cache-type T      f16 (default) or f32\n"
+    "      --cache-type T      how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0\n"
+    "                          (q8_0/q4_0: ggml blocks of 32, for head sizes divisible by 32)\n"
+    "      --cache-type-k T, --cache-type-v T\n"
+    "                          the same for keys or for values alone (-ctk, -ctv)\n"
     "      --simd L            auto, scalar, avx2, avx512 (default auto)\n"
     "      --chat-template T   the chat format of /v1/chat/completions instead of the one detected in the\n"
     "                          model's template: a name (chatml, llama3, mistral-v7, ...) or a template text\n"
@@ -102,13 +105,14 @@ static int parse_args(int argc, char **argv, serve_args *a) {
     const char *cmd = "serve";
     memset(a, 0, sizeof *a);
     pkv_server_opts_default(&a->opts);
-    a->engine.cache_type = a->opts.cache_type;
+    a->engine.cache = (cli_cache_types){a->opts.cache_type_k, a->opts.cache_type_v};
     int rc = cli_parse_command(cmd, SERVE_USAGE, true, &a->press, &a->engine, SERVE_FLAGS, a, NULL, false, argc,
                                argv);
     if (rc) return rc;
     if (a->engine.n_threads) a->opts.threads_per_slot = a->engine.n_threads;
     if (a->engine.n_batch) a->opts.n_batch = a->engine.n_batch;
-    a->opts.cache_type = a->engine.cache_type;
+    a->opts.cache_type_k = a->engine.cache.k;
+    a->opts.cache_type_v = a->engine.cache.v;
     if (!a->engine.model_path) {
         cli_error(cmd, "a model is required (-m MODEL)");
         return -1;

@@ -54,6 +54,9 @@ static const char EVAL_USAGE[] =
     "      --report-only      only rewrite the summary and plots from DIR/results.jsonl\n"
     "  -t, --threads N        threads (default: all CPUs, shared among MPI ranks on a node)\n"
     "      --simd L           auto, scalar, avx2, avx512\n"
+    "      --cache-type T     how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0\n"
+    "                         (--cache-type-k/-ctk, --cache-type-v/-ctv: keys or values alone); a resumed\n"
+    "                         run keeps its types\n"
     "      --list-tasks       the tasks and what they test\n"
     "  -h, --help             this help (and --help-press for every press and its options)\n"
 #ifdef PKV_MPI
@@ -306,6 +309,9 @@ static const cli_flag EVAL_FLAGS[] = {
     {"--report-only", NULL, CLI_TRUE, offsetof(eval_args, report_only), 0, 0, NULL},
     {"--threads", "-t", CLI_INT, offsetof(eval_args, threads), 1, 1024, NULL},
     {"--simd", NULL, CLI_SIMD, offsetof(eval_args, simd), 0, 0, NULL},
+    {"--cache-type", NULL, CLI_CACHE_TYPES, offsetof(eval_args, cache), 0, 0, NULL},
+    {"--cache-type-k", "-ctk", CLI_CACHE_TYPE, offsetof(eval_args, cache.k), 0, 0, NULL},
+    {"--cache-type-v", "-ctv", CLI_CACHE_TYPE, offsetof(eval_args, cache.v), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

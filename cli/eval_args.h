@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "eval/runner.h"
+#include "flags.h"
 #include "eval/tasks.h"
 #include "promptkv.h"
 
@@ -44,6 +45,7 @@ typedef struct {
     const char *chat_template; /* --chat-template: the chat format's name or a template text; NULL: the model's */
     int threads;
     pkv_simd simd;
+    cli_cache_types cache; /* how the sessions' caches store keys and values */
 } eval_args;
 
 /* Parses argv; 0, 1 when help or the task list was printed, -1 with an error printed. */

@@ -10,7 +10,9 @@ const cli_flag CLI_ENGINE_FLAGS[] = {
     {"--model", "-m", CLI_TEXT, offsetof(cli_engine_args, model_path), 0, 0, NULL},
     {"--threads", "-t", CLI_INT, offsetof(cli_engine_args, n_threads), 1, 1024, NULL},
     {"--batch", "-b", CLI_INT, offsetof(cli_engine_args, n_batch), 1, 1 << 20, NULL},
-    {"--cache-type", NULL, CLI_CACHE_TYPE, offsetof(cli_engine_args, cache_type), 0, 0, NULL},
+    {"--cache-type", NULL, CLI_CACHE_TYPES, offsetof(cli_engine_args, cache), 0, 0, NULL},
+    {"--cache-type-k", "-ctk", CLI_CACHE_TYPE, offsetof(cli_engine_args, cache.k), 0, 0, NULL},
+    {"--cache-type-v", "-ctv", CLI_CACHE_TYPE, offsetof(cli_engine_args, cache.v), 0, 0, NULL},
     {"--simd", NULL, CLI_SIMD, offsetof(cli_engine_args, simd), 0, 0, NULL},
     {"--chat-template", NULL, CLI_TEXT, offsetof(cli_engine_args, chat_template), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
@@ -43,7 +45,13 @@ static bool store(const char *cmd, const cli_flag *fl, const char *f, const char
     case CLI_U64: return cli_u64(cmd, f, v, (uint64_t *)field);
     case CLI_SIZE: return cli_size(cmd, f, v, (uint64_t *)field);
     case CLI_SIMD: return cli_simd(cmd, v, (pkv_simd *)field);
-    case CLI_CACHE_TYPE: return cli_cache_type(cmd, v, (pkv_cache_type *)field);
+    case CLI_CACHE_TYPE: return cli_cache_type(cmd, f, v, (pkv_cache_type *)field);
+    case CLI_CACHE_TYPES: {
+        cli_cache_types *t = field;
+        if (!cli_cache_type(cmd, f, v, &t->k)) return false;
+        t->v = t->k;
+        return true;
+    }
     case CLI_TRUE:
     case CLI_FALSE: break;
     }

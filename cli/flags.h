@@ -22,8 +22,15 @@ typedef enum {
     CLI_TRUE,       /* bool set, no value */
     CLI_FALSE,      /* bool cleared, no value */
     CLI_SIMD,       /* pkv_simd from auto, scalar, avx2, avx512 */
-    CLI_CACHE_TYPE  /* pkv_cache_type from f16, f32 */
+    CLI_CACHE_TYPE, /* pkv_cache_type from f16, f32, q8_0, q4_0 */
+    CLI_CACHE_TYPES /* both fields of a cli_cache_types from one of those */
 } cli_flag_kind;
+
+/* How the cache stores keys and values: --cache-type sets both,
+ * --cache-type-k/-ctk and --cache-type-v/-ctv each (llama.cpp's flags). */
+typedef struct {
+    pkv_cache_type k, v;
+} cli_cache_types;
 
 typedef struct cli_flag {
     const char *name;  /* "--threads"; NULL ends a table */
@@ -44,12 +51,13 @@ typedef struct {
     const char *model_path;
     int n_threads;  /* 0: the command's default */
     int n_batch;    /* 0: the library's default */
-    pkv_cache_type cache_type;
+    cli_cache_types cache;
     pkv_simd simd;
     const char *chat_template; /* --chat-template: a chat format's name or a template text; NULL: the model's */
 } cli_engine_args;
 
-/* -m/--model, -t/--threads, -b/--batch, --cache-type, --simd, --chat-template */
+/* -m/--model, -t/--threads, -b/--batch, --cache-type, --cache-type-k/-ctk,
+ * --cache-type-v/-ctv, --simd, --chat-template */
 extern const cli_flag CLI_ENGINE_FLAGS[];
 
 /* Parses argv[*i] with the shared flags into engine (when not NULL), then the

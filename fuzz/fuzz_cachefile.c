@@ -64,12 +64,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (uint32_t h = 0; h < nh; h++) {
                 uint32_t rows;
                 memcpy(&rows, p, 4);
-                p += 4 + (size_t)rows * (4 + (size_t)(f.head_dim_k + f.head_dim_v) * (f.type == PKV_CACHE_F32 ? 4 : 2));
+                p += 4 + (size_t)rows * (4 + f.k_row + f.v_row);
             }
         }
         pkv_kvcache c;
-        if (windows && pkv_kvcache_init(&c, f.type, f.n_layers, f.n_head_kv, f.head_dim_k, f.head_dim_v, windows,
-                                        &err) == 0) {
+        if (windows && pkv_kvcache_init(&c, f.type_k, f.type_v, f.n_layers, f.n_head_kv, f.head_dim_k, f.head_dim_v,
+                                        windows, &err) == 0) {
             if (pkv_kvfile_read_cache(&f, &c, &err) == 0) {
                 int64_t rows = 0;
                 for (int l = 0; l < c.n_layers; l++) rows += pkv_kvcache_layer_rows(&c, l);

@@ -130,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     srv_endpoint ep = data[0] & 1 ? SRV_CHAT : SRV_COMPLETION;
     static const char *const KEYS[] = {"budget", "window", "mode"};
     static const char *const VALUES[] = {"16", "4", "query_agnostic"};
-    srv_limits lim = {.n_ctx = 128, .max_tokens = 64, .default_max_tokens = 16, .elem_bytes = 2, .n_batch = 32};
+    srv_limits lim = {.n_ctx = 128, .max_tokens = 64, .default_max_tokens = 16, .n_batch = 32};
     if (data[0] & 2) lim.press = (srv_press_default){"snapkv", KEYS, VALUES, data[0] & 4 ? 3 : 2, (data[0] & 8) != 0};
     const char *body = (const char *)data + 1;
     size_t len = size - 1;

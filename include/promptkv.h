@@ -52,6 +52,28 @@ typedef enum {
 pkv_simd pkv_simd_detect(void);
 const char *pkv_simd_name(pkv_simd level);
 
+/* ---------------------------------------------------------------- cache types */
+
+/* How the KV cache stores a row of keys or of values (llama.cpp's -ctk/-ctv).
+ * Q8_0 and Q4_0 are ggml's blocks of 32 elements with an fp16 scale (34 and
+ * 18 bytes): a head size must be a multiple of 32 for them. Keys and values
+ * may have different types. */
+typedef enum {
+    PKV_CACHE_F16 = 0, /* default, as llama.cpp */
+    PKV_CACHE_F32,
+    PKV_CACHE_Q8_0,
+    PKV_CACHE_Q4_0,
+    PKV_CACHE_TYPE_COUNT
+} pkv_cache_type;
+
+/* "f16", "f32", "q8_0", "q4_0"; "?" for a value outside the enum. */
+const char *pkv_cache_type_name(pkv_cache_type type);
+/* The type named s (the names above); false when there is none. */
+bool pkv_cache_type_parse(const char *s, pkv_cache_type *out);
+/* Bytes of one row of n elements in the type; 0 for an unknown type or an n
+ * that is not a multiple of the type's block (32 for Q8_0 and Q4_0). */
+uint64_t pkv_cache_row_bytes(pkv_cache_type type, int n);
+
 /* ---------------------------------------------------------------- model */
 
 typedef struct pkv_model pkv_model;
@@ -111,12 +133,13 @@ int pkv_model_n_meta(const pkv_model *model);
 bool pkv_model_meta(const pkv_model *model, int i, const char **key, char *value, int value_len);
 
 /* Bytes of KV cache one token costs with the full cache (all layers, K and V),
- * for the given element size (2 for f16, 4 for f32). */
-uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, int elem_bytes);
+ * keys and values stored in the given types (0 when a head size does not fit
+ * a type's blocks). */
+uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, pkv_cache_type type_k, pkv_cache_type type_v);
 
 /* Bytes the full (uncompressed) cache holds after n_tokens: sliding-window
  * layers stop growing at their window. Keys and values only. */
-uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, int elem_bytes);
+uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, pkv_cache_type type_k, pkv_cache_type type_v);
 
 /* ---------------------------------------------------------------- tokenizer */
 
@@ -280,16 +303,12 @@ bool pkv_press_option_list(const char *press, int i, const char **key, const cha
 
 typedef struct pkv_session pkv_session;
 
-typedef enum {
-    PKV_CACHE_F16 = 0, /* default, as llama.cpp */
-    PKV_CACHE_F32
-} pkv_cache_type;
-
 typedef struct {
     int n_threads;            /* <= 0: number of online CPUs */
     int n_ctx;                /* <= 0: the model's training context */
     int n_batch;              /* prefill chunk (tokens per forward); <= 0: 512 */
-    pkv_cache_type cache_type;
+    pkv_cache_type cache_type_k; /* how the cache stores keys (default f16) */
+    pkv_cache_type cache_type_v; /* and values */
     uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
     /* One prefill, many presses (docs/evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of

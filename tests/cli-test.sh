@@ -96,6 +96,10 @@ else fail=$((fail + 1)); echo "FAIL cli_tokenize_three_ids_per_byte: $count ids,
 expect_out run_three_ids_per_byte '.' -- sh -c "\"$bin\" run -m tests/fixtures/models/tiny-qwen2-f32.gguf \
     -f \"$tmp/ff.txt\" -c 2048 -n 1 2>&1 >/dev/null | grep 'prompt tokens: *1554'"
 
+# perplexity tokenizes into a buffer that grows (it used to assume one id per byte and read past its buffer)
+expect perplexity_three_ids_per_byte 0 'perplexity: 1554 tokens, chunks of 64' -- \
+    "$bin" perplexity -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" -c 64 -t 1
+
 # NaN weights pass the load checks; every step's logits are NaN: a clean
 # error naming the step in every sampling mode, never a token
 "$edit" "$tiny" "$tmp/nan.gguf" --fill output_norm.weight nan
@@ -236,6 +240,36 @@ expect load_cache_two_prompts 2 "at most one of -p TEXT or -f FILE after --load-
     "$bin" run -m "$tiny" --load-cache "$tmp/doc.pkvc" -p a -f "$tmp/doc.pkvc"
 expect save_cache_unwritable 1 "no/dir/x.pkvc: cannot create a file beside it" -- \
     "$bin" run -m "$tiny" -p "$doc" -n 1 --save-cache "$tmp/no/dir/x.pkvc"
+# quantised cache rows (docs/design.md "The cache layout"): --cache-type sets keys and values, -ctk/-ctv each;
+# a Q8_0 row of 32 elements is 34 bytes against f16's 64, so the same run holds 72/132 of the bytes
+qwen3=tests/fixtures/models/tiny-qwen3-f32.gguf
+cache_bytes() { "$bin" run -m "$qwen3" -p "hello world this is" -n 4 --ignore-eos -t 1 "$@" 2>&1 >/dev/null |
+    sed -n 's/^kv cache now: .*(\([0-9]*\) bytes)$/\1/p'; }
+b16=$(cache_bytes)
+b8=$(cache_bytes --cache-type q8_0)
+b84=$(cache_bytes -ctk q8_0 --cache-type-v q4_0)
+if [ -n "$b16" ] && [ -n "$b8" ] && [ $((b8 * 132)) = $((b16 * 72)) ] && [ $((b84 * 132)) = $((b16 * 56)) ]; then
+    pass=$((pass + 1)); echo "ok   cli_run_cache_type_q8_0"
+else
+    fail=$((fail + 1)); echo "FAIL cli_run_cache_type_q8_0: f16 $b16 bytes, q8_0 $b8, q8_0 keys and q4_0 values $b84"
+fi
+expect run_cache_type_head_size 1 "layer 0: key head size 16 is not a multiple of 32, the block of q8_0 cache rows" -- \
+    "$bin" run -m "$tiny" -p hi --cache-type q8_0
+expect run_cache_type_value_head_size 1 "layer 0: value head size 16 is not a multiple of 32, the block of q4_0" -- \
+    "$bin" run -m "$tiny" -p hi -ctv q4_0
+expect run_cache_type_unknown 2 "--cache-type must be f16, f32, q8_0 or q4_0, got 'q5_0'" -- \
+    "$bin" run -m "$qwen3" -p hi --cache-type q5_0
+expect perplexity_cache_type_unknown 2 "--cache-type-k must be f16, f32, q8_0 or q4_0, got 'int8'" -- \
+    "$bin" perplexity -m "$qwen3" -f "$tmp/x.txt" --cache-type-k int8
+expect eval_cache_type_unknown 2 "-ctv must be f16, f32, q8_0 or q4_0, got 'Q8_0'" -- \
+    "$bin" eval -m "$qwen3" -ctv Q8_0
+expect_out inspect_cache_type_q8_0 'cache [0-9.]+ MiB full' -- \
+    "$bin" inspect -m "$qwen3" -p "one two three four five six seven" --press snapkv --budget 4 --window 2 --cache-type q8_0
+"$bin" run -m "$qwen3" -p "$doc" -n 1 --cache-type q8_0 --save-cache "$tmp/q8.pkvc" >/dev/null 2>&1
+expect load_cache_q8_0_into_f16 1 "q8.pkvc: saved with a q8_0 cache; this session's is f16 \(--cache-type q8_0\)" -- \
+    "$bin" run -m "$qwen3" --load-cache "$tmp/q8.pkvc" -q x
+expect load_cache_q8_0 0 "loaded cache: " -- "$bin" run -m "$qwen3" --load-cache "$tmp/q8.pkvc" -q x -n 2 -ctk q8_0 -ctv q8_0
+
 # the demo of make run, on tiny models (its table, whatever they answer): an instruct layout with every layer
 # pressed, and a base-model layout on a model with sliding-window layers
 demo() {

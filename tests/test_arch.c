@@ -58,7 +58,7 @@ static bool logits_after_prompt(const pkv_model *mc, int n_ctx, float *out) {
     pkv_model *m = (pkv_model *)mc;
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     so.n_threads = 2;
     so.n_ctx = n_ctx;
     pkv_error err;

@@ -38,37 +38,72 @@ static bool same_floats(const float *a, const float *b, size_t n) {
 
 /* ------------------------------------------------------------------ block kernels */
 
+/* n_rows rows of dim random values in cache row type t (F32, F16, Q8_0,
+ * Q4_0), quantised as the cache does it; NULL when dim does not fit t. */
+static uint8_t *random_rows(pkv_type t, int n_rows, int dim, uint64_t *rng) {
+    const size_t rb = pkv_att_row_bytes(t, dim);
+    if ((t == PKV_TYPE_Q8_0 || t == PKV_TYPE_Q4_0) && dim % 32) return NULL;
+    float *x = malloc((size_t)dim * sizeof(float));
+    uint8_t *rows = malloc((size_t)n_rows * rb + 1);
+    const pkv_kernels *k = pkv_kernels_get(PKV_SIMD_SCALAR);
+    for (int r = 0; r < n_rows; r++) {
+        for (int d = 0; d < dim; d++) x[d] = rng_sym(rng);
+        if (r == 3) x[dim / 2] = 0.0f; /* a zero among the quants */
+        uint8_t *dst = rows + (size_t)r * rb;
+        if (t == PKV_TYPE_F32) memcpy(dst, x, (size_t)dim * sizeof(float));
+        else if (t == PKV_TYPE_F16) pkv_f32_to_f16_scalar(x, (uint16_t *)dst, dim);
+        else if (t == PKV_TYPE_Q8_0) k->quantize[PKV_TYPE_Q8_0](x, dst, dim);
+        else pkv_quantize_row_ref(PKV_TYPE_Q4_0, x, dst, dim);
+    }
+    free(x);
+    return rows;
+}
+
+static const char *type_label(pkv_type t) { return pkv_type_get(t)->name; }
+
 /* The SIMD block kernels compute the scalar references' bits (fused
  * multiply-adds in order), for odd sizes too; the scalar table's kernels
- * (plain multiply-adds) agree with them to rounding. */
+ * (plain multiply-adds) agree with them to rounding. Staging gives each
+ * element exactly as its type's dequantiser does, for every row type and
+ * pair of key and value types (f32, f16, Q8_0, Q4_0), at every level. */
 TEST(attn_block_kernels_levels_bit_identical) {
     uint64_t rng = 1;
     pkv_simd lv[3];
     const int nl = n_levels(lv);
-    const int dks[] = {16, 24, 256, 67}, dvs[] = {40, 256, 16, 9}, nqs[] = {1, 3, 8, 13, 64}, ns[] = {16, 5, 1};
+    const int dks[] = {16, 24, 256, 67, 32, 64, 96}, dvs[] = {40, 256, 16, 9, 64, 128, 32};
+    const int nqs[] = {1, 3, 8, 13, 64}, ns[] = {16, 5, 1};
+    const pkv_type pairs[][2] = {{PKV_TYPE_F32, PKV_TYPE_F32},   {PKV_TYPE_F16, PKV_TYPE_F16},
+                                 {PKV_TYPE_Q8_0, PKV_TYPE_Q8_0}, {PKV_TYPE_Q4_0, PKV_TYPE_Q4_0},
+                                 {PKV_TYPE_Q8_0, PKV_TYPE_F16},  {PKV_TYPE_F32, PKV_TYPE_Q4_0}};
     enum { MAXD = 256, MAXQ = 64 };
     static float q[MAXQ * MAXD], kt[3][MAXD * 16], vt[3][16 * MAXD], s[3][MAXQ * 16], o[3][MAXQ * MAXD], p[MAXQ * 16];
-    static uint16_t k16[16 * MAXD], v16[16 * MAXD];
-    static float k32[16 * MAXD], v32[16 * MAXD];
+    static float kdq[16 * MAXD], vdq[16 * MAXD];
     float alpha[MAXQ];
-    for (int di = 0; di < 4; di++) {
-        const int dk = dks[di], dv = dvs[di];
-        for (int i = 0; i < 16 * MAXD; i++) {
-            k32[i] = rng_sym(&rng), v32[i] = rng_sym(&rng);
-            k16[i] = pkv_f32_to_f16(k32[i]), v16[i] = pkv_f32_to_f16(v32[i]);
-        }
-        for (int i = 0; i < MAXQ * MAXD; i++) q[i] = rng_sym(&rng);
-        for (int i = 0; i < MAXQ * 16; i++) p[i] = rng_sym(&rng) > 0 ? rng_sym(&rng) * rng_sym(&rng) : 0.0f;
-        for (int i = 0; i < MAXQ; i++) alpha[i] = 0.5f + 0.5f * rng_sym(&rng);
-        for (int ni = 0; ni < 3; ni++)
-            for (int f16 = 0; f16 < 2; f16++)
+    int n_staged_quant = 0;
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    for (int di = 0; di < 7; di++)
+        for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+            const int dk = dks[di], dv = dvs[di];
+            const pkv_type tk = pairs[pi][0], tv = pairs[pi][1];
+            uint8_t *krows = random_rows(tk, 16, dk, &rng), *vrows = random_rows(tv, 16, dv, &rng);
+            if (!krows || !vrows) {
+                free(krows), free(vrows);
+                continue;
+            }
+            n_staged_quant += tk == PKV_TYPE_Q8_0 || tk == PKV_TYPE_Q4_0 || tv == PKV_TYPE_Q8_0 || tv == PKV_TYPE_Q4_0;
+            /* what the staged block must hold: each row through its type's dequantiser */
+            sk->dequant[tk](krows, kdq, 16 * dk);
+            sk->dequant[tv](vrows, vdq, 16 * dv);
+            for (int i = 0; i < MAXQ * MAXD; i++) q[i] = rng_sym(&rng);
+            for (int i = 0; i < MAXQ * 16; i++) p[i] = rng_sym(&rng) > 0 ? rng_sym(&rng) * rng_sym(&rng) : 0.0f;
+            for (int i = 0; i < MAXQ; i++) alpha[i] = 0.5f + 0.5f * rng_sym(&rng);
+            for (int ni = 0; ni < 3; ni++)
                 for (int qi = 0; qi < 5; qi++) {
                     const int n = ns[ni], nq = nqs[qi];
                     static float s_ref[MAXQ * 16], o_ref[MAXQ * MAXD];
                     for (int li = 0; li < nl; li++) {
                         const pkv_kernels *k = pkv_kernels_get(lv[li]);
-                        k->att_stage(f16 ? (const void *)k16 : k32, f16 ? (const void *)v16 : v32, n, dk, dv, f16 ? 2 : 4,
-                                     kt[li], vt[li]);
+                        k->att_stage(krows, vrows, n, dk, dv, tk, tv, kt[li], vt[li]);
                         k->att_scores(nq, dk, q, kt[li], s[li]);
                         for (int i = 0; i < nq * dv; i++) o[li][i] = q[i % (MAXQ * MAXD)];
                         k->att_accum(nq, dv, p, alpha, vt[li], o[li]);
@@ -80,25 +115,32 @@ TEST(attn_block_kernels_levels_bit_identical) {
                             for (int i = 0; i < nq * 16; i++) worst = fmax(worst, fabs(s[0][i] - s_ref[i]));
                             for (int i = 0; i < nq * dv; i++) worst = fmax(worst, fabs(o[0][i] - o_ref[i]));
                             CHECK_MSG(worst <= 1e-5 * dk, "scalar block kernels vs reference: %.3g (dk %d)", worst, dk);
-                            /* the staged block is the cache rows, transposed, zero past n */
+                            /* the staged block is the cache rows dequantised, keys transposed, zero past n */
                             bool ok = true;
-                            for (int j = 0; j < 16; j++)
-                                for (int d = 0; d < dk; d++) {
-                                    const float want = j < n ? (f16 ? pkv_f16_to_f32(k16[j * dk + d]) : k32[j * dk + d]) : 0.0f;
-                                    ok &= kt[0][d * 16 + j] == want;
-                                }
-                            CHECK_MSG(ok, "att_stage keys wrong (dk %d, n %d)", dk, n);
+                            for (int j = 0; j < 16; j++) {
+                                for (int d = 0; d < dk; d++)
+                                    ok &= pkv_f32_to_bits(kt[0][d * 16 + j]) ==
+                                          pkv_f32_to_bits(j < n ? kdq[j * dk + d] : 0.0f);
+                                for (int e = 0; e < dv; e++)
+                                    ok &= pkv_f32_to_bits(vt[0][j * dv + e]) ==
+                                          pkv_f32_to_bits(j < n ? vdq[j * dv + e] : 0.0f);
+                            }
+                            CHECK_MSG(ok, "att_stage %s/%s rows wrong (dk %d dv %d, n %d)", type_label(tk),
+                                      type_label(tv), dk, dv, n);
                             continue;
                         }
                         CHECK_MSG(same_floats(kt[0], kt[li], (size_t)dk * 16) && same_floats(vt[0], vt[li], (size_t)16 * dv),
-                                  "att_stage %s differs (dk %d dv %d n %d)", pkv_simd_name(lv[li]), dk, dv, n);
+                                  "att_stage %s differs (%s/%s, dk %d dv %d n %d)", pkv_simd_name(lv[li]), type_label(tk),
+                                  type_label(tv), dk, dv, n);
                         CHECK_MSG(same_floats(s_ref, s[li], (size_t)nq * 16), "att_scores %s differs (dk %d nq %d)",
                                   pkv_simd_name(lv[li]), dk, nq);
                         CHECK_MSG(same_floats(o_ref, o[li], (size_t)nq * dv), "att_accum %s differs (dv %d nq %d)",
                                   pkv_simd_name(lv[li]), dv, nq);
                     }
                 }
-    }
+            free(krows), free(vrows);
+        }
+    CHECK(n_staged_quant >= 12); /* the quantised pairs ran at several sizes, not skipped */
 }
 
 /* att_block (the fused whole-block step) computes pkv_att_block_ref's bits:
@@ -149,7 +191,7 @@ TEST(attn_block_fused_equals_reference) {
 
 typedef struct {
     int n_head, n_kv, dk, dv, window;
-    pkv_cache_type type;
+    pkv_cache_type type_k, type_v;
     float softcap;
 } geometry;
 
@@ -158,7 +200,7 @@ typedef struct {
 static bool make_cache(pkv_kvcache *c, const geometry *g, int n_prompt, uint64_t *rng) {
     pkv_error err;
     const int windows[1] = {g->window};
-    if (pkv_kvcache_init(c, g->type, 1, g->n_kv, g->dk, g->dv, windows, &err)) return false;
+    if (pkv_kvcache_init(c, g->type_k, g->type_v, 1, g->n_kv, g->dk, g->dv, windows, &err)) return false;
     const pkv_kernels *kern = pkv_kernels_get(PKV_SIMD_SCALAR);
     float *k = malloc((size_t)n_prompt * g->n_kv * g->dk * sizeof(float));
     float *v = malloc((size_t)n_prompt * g->n_kv * g->dv * sizeof(float));
@@ -179,8 +221,11 @@ static bool make_cache(pkv_kvcache *c, const geometry *g, int n_prompt, uint64_t
     return ok;
 }
 
-static float cache_val(const pkv_kvcache *c, const void *row, int d) {
-    return c->type == PKV_CACHE_F16 ? pkv_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+/* A cache row as the scalar dequantiser reads it (f16 and f32 rows exactly). */
+static void row_floats(pkv_type t, const void *row, int dim, double *out) {
+    float x[512];
+    pkv_kernels_get(PKV_SIMD_SCALAR)->dequant[t](row, x, dim);
+    for (int d = 0; d < dim; d++) out[d] = x[d];
 }
 
 /* Naive attention in double; also returns the largest |v| for tolerances. */
@@ -188,7 +233,7 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
                             float scale, double *out) {
     const pkv_kv_layer *L = &c->layers[0];
     const int group = g->n_head / L->n_heads;
-    double *w = malloc(((size_t)L->heads[0].n_rows + 1) * sizeof(double));
+    double *w = malloc(((size_t)L->heads[0].n_rows + 1) * sizeof(double)), kv[512];
     for (int t = 0; t < n_tok; t++)
         for (int h = 0; h < g->n_head; h++) {
             const pkv_kv_head *kh = &L->heads[h / group];
@@ -200,8 +245,8 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
                 const int32_t p = kh->pos[r];
                 if (p > qpos[t] || (g->window > 0 && p <= qpos[t] - g->window)) continue;
                 double s = 0.0;
-                const void *krow = pkv_kv_key(c, L, kh, r);
-                for (int d = 0; d < g->dk; d++) s += (double)qv[d] * cache_val(c, krow, d);
+                row_floats(c->kern_k, pkv_kv_key(L, kh, r), g->dk, kv);
+                for (int d = 0; d < g->dk; d++) s += (double)qv[d] * kv[d];
                 s *= scale;
                 if (g->softcap > 0.0f) s = g->softcap * tanh(s / g->softcap);
                 w[r] = s;
@@ -212,8 +257,8 @@ static void naive_attention(const pkv_kvcache *c, const geometry *g, const float
                 if (!isnan(w[r])) sum += w[r] = exp(w[r] - mx);
             for (int r = 0; r < kh->n_rows; r++) {
                 if (isnan(w[r])) continue;
-                const void *vrow = pkv_kv_value(c, L, kh, r);
-                for (int e = 0; e < g->dv; e++) o[e] += w[r] / sum * cache_val(c, vrow, e);
+                row_floats(c->kern_v, pkv_kv_value(L, kh, r), g->dv, kv);
+                for (int e = 0; e < g->dv; e++) o[e] += w[r] / sum * kv[e];
             }
         }
     free(w);
@@ -239,15 +284,18 @@ static void make_queries(const geometry *g, int n_prompt, int n_tok, int kind, f
     for (int t = 0; t < n_tok; t++) qpos[t] = kind == 0 ? n_prompt - n_tok + t : kind == 1 ? n_prompt + 3 + t : n_prompt / 3 + 2 * t;
 }
 
-/* Against the naive reference: GQA groups of 1, 4 and 8 (one tile holding
- * several tokens or a slice of heads), sliding windows, soft-capping, f16 and
- * f32 caches, prefill and decode shapes, every SIMD level; the SIMD levels
- * agree bit for bit. */
+/* Against the naive reference over the rows as the cache holds them
+ * (quantised rows dequantised in double): GQA groups of 1, 4 and 8 (one
+ * tile holding several tokens or a slice of heads), sliding windows,
+ * soft-capping, f16, f32, Q8_0 and Q4_0 rows and mixed key and value types,
+ * prefill and decode shapes, every SIMD level; the SIMD levels agree bit for
+ * bit. */
 TEST(attn_matches_naive_reference) {
     const geometry geos[] = {
-        {8, 2, 32, 24, 0, PKV_CACHE_F32, 0.0f},  {8, 2, 32, 24, 20, PKV_CACHE_F16, 0.0f},
-        {4, 1, 256, 256, 0, PKV_CACHE_F16, 0.0f}, {8, 1, 16, 16, 37, PKV_CACHE_F32, 5.0f},
-        {3, 3, 64, 64, 0, PKV_CACHE_F16, 0.0f},
+        {8, 2, 32, 24, 0, PKV_CACHE_F32, PKV_CACHE_F32, 0.0f},    {8, 2, 32, 24, 20, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f},
+        {4, 1, 256, 256, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f},  {8, 1, 16, 16, 37, PKV_CACHE_F32, PKV_CACHE_F32, 5.0f},
+        {3, 3, 64, 64, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f},    {8, 2, 64, 32, 0, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, 0.0f},
+        {4, 1, 128, 128, 20, PKV_CACHE_Q4_0, PKV_CACHE_Q4_0, 0.0f}, {8, 2, 32, 24, 0, PKV_CACHE_Q8_0, PKV_CACHE_F16, 5.0f},
     };
     const int toks[] = {1, 2, 37, 70};
     uint64_t rng = 21;
@@ -293,7 +341,7 @@ TEST(attn_matches_naive_reference) {
 /* 1, 2 and 3 threads give the same bits: a prefill shape, and a decode
  * shape long enough to be cut into chunks that threads take separately. */
 TEST(attn_thread_count_invariant) {
-    const geometry g = {4, 1, 64, 64, 0, PKV_CACHE_F16, 0.0f};
+    const geometry g = {4, 1, 64, 64, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f};
     uint64_t rng = 33;
     pkv_kvcache c;
     REQUIRE(make_cache(&c, &g, 2000, &rng));
@@ -322,7 +370,7 @@ TEST(attn_thread_count_invariant) {
 
 /* A query that sees no row (before every kept position) gets zeros. */
 TEST(attn_empty_range_is_zero) {
-    const geometry g = {2, 1, 16, 16, 4, PKV_CACHE_F32, 0.0f};
+    const geometry g = {2, 1, 16, 16, 4, PKV_CACHE_F32, PKV_CACHE_F32, 0.0f};
     uint64_t rng = 5;
     pkv_kvcache c;
     REQUIRE(make_cache(&c, &g, 40, &rng));
@@ -347,7 +395,7 @@ TEST(attn_empty_range_is_zero) {
  * path, each query adds a distribution (sum 1) over the rows it sees, and
  * the sums do not depend on the thread count. */
 TEST(attn_acc_probs) {
-    const geometry g = {4, 2, 32, 32, 0, PKV_CACHE_F16, 0.0f};
+    const geometry g = {4, 2, 32, 32, 0, PKV_CACHE_F16, PKV_CACHE_F16, 0.0f};
     uint64_t rng = 8;
     pkv_kvcache c;
     REQUIRE(make_cache(&c, &g, 90, &rng));
@@ -372,4 +420,64 @@ TEST(attn_acc_probs) {
     }
     free(plain);
     pkv_kvcache_free(&c);
+}
+
+/* Attention over quantised rows is attention over those rows dequantised:
+ * an f32 cache holding the Q8_0/Q4_0 cache's rows as its dequantiser gives
+ * them produces the same outputs and the same accumulated probabilities
+ * (H2O), bit for bit, at every SIMD level, prefill and decode shapes, with a
+ * window and a soft-cap: the staging is exact and the rest is the f32 path. */
+TEST(attn_quantised_rows_equal_their_dequantisation) {
+    const geometry geos[] = {
+        {8, 2, 64, 32, 0, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, 0.0f},
+        {4, 1, 128, 128, 20, PKV_CACHE_Q4_0, PKV_CACHE_Q4_0, 0.0f},
+        {8, 2, 32, 64, 0, PKV_CACHE_Q8_0, PKV_CACHE_F16, 5.0f},
+        {4, 2, 32, 32, 0, PKV_CACHE_F32, PKV_CACHE_Q4_0, 0.0f},
+    };
+    uint64_t rng = 77;
+    pkv_simd lv[3];
+    const int nl = n_levels(lv);
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    for (size_t gi = 0; gi < sizeof geos / sizeof *geos; gi++) {
+        const geometry *g = &geos[gi];
+        const geometry gf = {g->n_head, g->n_kv, g->dk, g->dv, g->window, PKV_CACHE_F32, PKV_CACHE_F32, g->softcap};
+        pkv_kvcache qc, fc;
+        pkv_error err;
+        REQUIRE(make_cache(&qc, g, 120, &rng));
+        const int windows[1] = {g->window};
+        REQUIRE(pkv_kvcache_init(&fc, PKV_CACHE_F32, PKV_CACHE_F32, 1, g->n_kv, g->dk, g->dv, windows, &err) == 0);
+        for (int h = 0; h < g->n_kv; h++) {
+            const int n = qc.layers[0].heads[h].n_rows;
+            float *k = malloc((size_t)n * g->dk * sizeof(float) + 4), *v = malloc((size_t)n * g->dv * sizeof(float) + 4);
+            pkv_kvcache_read_k(&qc, sk, 0, h, k);
+            pkv_kvcache_read_v(&qc, sk, 0, h, v);
+            REQUIRE(pkv_kvcache_put_rows(&fc, 0, h, n, k, v, qc.layers[0].heads[h].pos, &err) == 0);
+            free(k), free(v);
+        }
+        const int toks[] = {1, 3, 40};
+        for (int ti = 0; ti < 3; ti++)
+            for (int li = 0; li < nl; li++) {
+                const int n_tok = toks[ti];
+                float *q = malloc((size_t)n_tok * g->n_head * g->dk * sizeof(float));
+                int32_t qpos[40];
+                make_queries(g, 120, n_tok, ti == 2 ? 0 : 1, q, qpos, &rng);
+                float *sums[2][8];
+                for (int s = 0; s < 2; s++)
+                    for (int h = 0; h < g->n_head; h++) sums[s][h] = calloc(128, sizeof(float));
+                float *a = run_attention(&qc, g, lv[li], 2, q, qpos, n_tok, 0.2f, sums[0]);
+                float *b = run_attention(&fc, &gf, lv[li], 2, q, qpos, n_tok, 0.2f, sums[1]);
+                CHECK_MSG(same_floats(a, b, (size_t)n_tok * g->n_head * g->dv),
+                          "geometry %zu (%s/%s), %d tokens, %s: outputs differ from the dequantised rows'", gi,
+                          pkv_cache_type_name(g->type_k), pkv_cache_type_name(g->type_v), n_tok, pkv_simd_name(lv[li]));
+                bool same = true;
+                for (int h = 0; h < g->n_head; h++) same &= same_floats(sums[0][h], sums[1][h], 128);
+                CHECK_MSG(same, "geometry %zu, %d tokens, %s: accumulated probabilities differ", gi, n_tok,
+                          pkv_simd_name(lv[li]));
+                for (int s = 0; s < 2; s++)
+                    for (int h = 0; h < g->n_head; h++) free(sums[s][h]);
+                free(a), free(b), free(q);
+            }
+        pkv_kvcache_free(&qc);
+        pkv_kvcache_free(&fc);
+    }
 }

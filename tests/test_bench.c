@@ -244,6 +244,36 @@ TEST(bench_memfit_measures_probes) {
     pkv_model_free(m);
 }
 
+/* Quantised cache rows (tiny Qwen3: head size 32, 2 layers x 2 KV heads):
+ * the prefill, the decode and the memory fit's probes report Q8_0 rows at
+ * 34 + 34 + 4 = 72 bytes and Q8_0 keys with Q4_0 values at 34 + 18 + 4 = 56,
+ * against f16's 64 + 64 + 4 = 132. */
+TEST(bench_quantised_cache_rows) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(FIXTURE("models/tiny-qwen3-f32.gguf"), NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const struct {
+        pkv_cache_type k, v;
+        int row;
+    } cases[] = {{PKV_CACHE_F16, PKV_CACHE_F16, 132}, {PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, 72},
+                 {PKV_CACHE_Q8_0, PKV_CACHE_Q4_0, 56}};
+    for (int c = 0; c < 3; c++) {
+        pkv_bench_opts o = quick_opts();
+        o.cache_type_k = cases[c].k;
+        o.cache_type_v = cases[c].v;
+        pkv_bench_result pp, tg;
+        REQUIRE_MSG(pkv_bench_prefill(m, &o, 48, NULL, &pp, &err) == 0, "%s", err.msg);
+        CHECK_EQ_INT(pp.cache_bytes, 2 * 2 * 48 * cases[c].row);
+        REQUIRE_MSG(pkv_bench_decode(m, &o, 8, &tg, &err) == 0, "%s", err.msg);
+        CHECK_EQ_INT(tg.cache_bytes, 2 * 2 * 8 * cases[c].row);
+        pkv_bench_memfit fit;
+        int probes[2] = {64, 128};
+        REQUIRE_MSG(pkv_bench_mem_fit(m, &o, 64ull << 20, NULL, probes, 2, &fit, &err) == 0, "%s", err.msg);
+        CHECK_EQ_INT(fit.probe_cache[1], 2 * 2 * 128 * cases[c].row);
+    }
+    pkv_model_free(m);
+}
+
 /* Bad requests fail with a message naming the value, before any work. */
 TEST(bench_rejects_bad_lengths_and_presses) {
     pkv_error err;

@@ -171,7 +171,7 @@ static bool tiny_open(tiny_run *t) {
     if (!t->m) return false;
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     so.n_threads = 1;
     t->s = pkv_session_new(t->m, &so, &err);
     t->n_tok = 96;

@@ -116,7 +116,7 @@ static bool run_fixture_ref(const char *name, const char *ref_suffix, const run_
     }
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     so.n_threads = cfg->n_threads;
     so.n_batch = cfg->n_batch;
     so.n_ctx = cfg->n_ctx;

@@ -369,7 +369,7 @@ TEST(press_engine_memory_cap) {
     pkv_session_opts_default(&so);
     so.n_ctx = 512;
     so.n_batch = 64;
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     const char *opts[] = {"budget", "24", "window", "8", NULL};
     pkv_press_cfg *cfg = test_press_cfg("snapkv", opts);
     pkv_session *s = pkv_session_new(m, &so, &err);

@@ -188,7 +188,7 @@ static void run_engine_tests(const char *model) {
     REQUIRE(f);
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     so.n_threads = 2;
     so.n_batch = 40; /* chunked: the window's queries span chunks */
     so.n_ctx = 512;  /* room for KVzip's reconstruction passes after the prompt */

@@ -573,7 +573,7 @@ TEST(protokv_reference_engine_tiny_qwen2) {
     REQUIRE_MSG(m, "%s", err.msg);
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     so.n_threads = 2;
     so.n_batch = 40;
     pkv_session *s = pkv_session_new(m, &so, &err);

@@ -307,7 +307,7 @@ TEST(qa_kvzip_estimate_covers_peak) {
     pkv_session_opts so;
     pkv_session_opts_default(&so);
     so.n_ctx = 512;
-    so.cache_type = PKV_CACHE_F32;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
     pkv_cache_estimate est;
     REQUIRE(pkv_request_estimate(m, &req, &rp, &so, &est, &err) == 0);
     pkv_session *s = pkv_session_new(m, &so, &err);

@@ -38,7 +38,7 @@ static pkv_model *load_retriever(void) {
 static pkv_session *new_session(pkv_model *m, pkv_cache_type cache) {
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = cache;
+    so.cache_type_k = so.cache_type_v = cache;
     pkv_error err;
     pkv_session *s = pkv_session_new(m, &so, &err);
     if (!s) test_fail(__FILE__, __LINE__, "%s", err.msg);

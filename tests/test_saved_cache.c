@@ -22,6 +22,7 @@
 #define TINY_LLAMA_F16 FIXTURE("models/tiny-llama-f16.gguf")
 #define TINY_GEMMA FIXTURE("models/tiny-gemma3-f32.gguf")
 #define TINY_QWEN FIXTURE("models/tiny-qwen2-f32.gguf")
+#define TINY_QWEN3 FIXTURE("models/tiny-qwen3-f32.gguf")
 #define QWEN05 "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 /* The catalogue's check value of CRC-64/XZ (the CRC of the nine bytes
@@ -89,14 +90,16 @@ static void check_same_decode(pkv_session *a, pkv_session *b, int n_vocab, int n
 /* Prefill n tokens with the press, save, load into a fresh session, then
  * the same continuation (a prefill of 5 more tokens and greedy decoding)
  * on both. */
-static void roundtrip(const char *model_path, pkv_cache_type type, const char *press, const char *const *kv, int n) {
+static void roundtrip_kv(const char *model_path, pkv_cache_type type_k, pkv_cache_type type_v, const char *press,
+                         const char *const *kv, int n) {
     pkv_error err;
     pkv_model *m = pkv_model_load(model_path, NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
     pkv_session_opts so;
     pkv_session_opts_default(&so);
     so.n_threads = 1;
-    so.cache_type = type;
+    so.cache_type_k = type_k;
+    so.cache_type_v = type_v;
     so.n_ctx = 256;
     pkv_session *a = pkv_session_new(m, &so, &err), *b = pkv_session_new(m, &so, &err);
     pkv_press_cfg *cfg = test_press_cfg(press, kv);
@@ -127,6 +130,10 @@ static void roundtrip(const char *model_path, pkv_cache_type type, const char *p
     pkv_model_free(m);
 }
 
+static void roundtrip(const char *model_path, pkv_cache_type type, const char *press, const char *const *kv, int n) {
+    roundtrip_kv(model_path, type, type, press, kv, n);
+}
+
 TEST(saved_cache_roundtrip_full_cache) { roundtrip(TINY_LLAMA, PKV_CACHE_F16, "none", NULL, 60); }
 
 TEST(saved_cache_roundtrip_snapkv) {
@@ -148,6 +155,19 @@ TEST(saved_cache_roundtrip_sliding_window) {
     const char *kv[] = {"budget", "20", "window", "4", NULL};
     roundtrip(TINY_GEMMA, PKV_CACHE_F16, "snapkv", kv, 100);
     roundtrip(TINY_GEMMA, PKV_CACHE_F16, "none", NULL, 40);
+}
+
+/* Quantised rows (head size 32: the tiny Qwen3 and Gemma 3): a Q8_0 cache
+ * with SnapKV, per query head, Q4_0 with sliding-window layers, and mixed key
+ * and value types continue bit for bit after a save and a load. */
+TEST(saved_cache_roundtrip_quantised) {
+    const char *kv[] = {"budget", "24", "window", "4", NULL};
+    const char *qh[] = {"budget", "24", "window", "4", "granularity", "query_head", NULL};
+    roundtrip(TINY_QWEN3, PKV_CACHE_Q8_0, "snapkv", kv, 90);
+    roundtrip(TINY_QWEN3, PKV_CACHE_Q8_0, "none", NULL, 60);
+    roundtrip_kv(TINY_QWEN3, PKV_CACHE_Q8_0, PKV_CACHE_F16, "snapkv", qh, 90);
+    roundtrip(TINY_GEMMA, PKV_CACHE_Q4_0, "snapkv", kv, 100);
+    roundtrip_kv(TINY_GEMMA, PKV_CACHE_F32, PKV_CACHE_Q8_0, "none", NULL, 40);
 }
 
 /* A saved file of the tiny Llama (with a press), its bytes and the model. */
@@ -303,7 +323,7 @@ TEST(saved_cache_other_model_type_and_context_refused) {
         pkv_session_opts_default(&so);
         so.n_threads = 1;
         so.n_ctx = cases[c].n_ctx;
-        so.cache_type = cases[c].type;
+        so.cache_type_k = so.cache_type_v = cases[c].type;
         pkv_session *s = pkv_session_new(m, &so, &err);
         REQUIRE(s);
         CHECK(pkv_session_load(s, sf.path, NULL, &err) != 0);
@@ -380,6 +400,148 @@ TEST(saved_cache_crafted_fields_refused) {
     free_saved(&sf);
 }
 
+/* A session of model_path with the given cache types, n tokens prefilled
+ * (SnapKV, budget 12) and saved to path; NULL on failure. */
+static pkv_session *saved_session(pkv_model *m, pkv_cache_type tk, pkv_cache_type tv, int n, const char *path) {
+    pkv_error err;
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = 1;
+    so.n_ctx = 256;
+    so.cache_type_k = tk;
+    so.cache_type_v = tv;
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    const char *kv[] = {"budget", "12", "window", "4", NULL};
+    pkv_press_cfg *cfg = test_press_cfg("snapkv", kv);
+    int32_t toks[100];
+    prompt_tokens(toks, n, pkv_n_vocab(m));
+    bool ok = s && cfg && pkv_prefill(s, toks, n, cfg, NULL, &err) == 0 &&
+              pkv_session_save(s, path, "snapkv", NULL, &err) == 0;
+    if (!ok) test_fail(__FILE__, __LINE__, "%s", err.msg);
+    pkv_press_cfg_free(cfg);
+    if (ok) return s;
+    pkv_session_free(s);
+    return NULL;
+}
+
+/* A file's key and value types must be the session's: each mismatch is
+ * refused with one line naming both and the flags that fit the file. In a
+ * quantised file the block scales are checked finite (the quants are
+ * integers, any byte is a value). */
+TEST(saved_cache_types_must_match) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY_QWEN3, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    char q8[128], mixed[128];
+    temp_path(q8, sizeof q8, "q8");
+    temp_path(mixed, sizeof mixed, "q8f16");
+    pkv_session *a = saved_session(m, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, 40, q8);
+    pkv_session *b = saved_session(m, PKV_CACHE_Q8_0, PKV_CACHE_F16, 40, mixed);
+    REQUIRE(a && b);
+    struct {
+        const char *file;
+        pkv_cache_type tk, tv;
+        const char *want; /* NULL: loads */
+    } cases[] = {
+        {q8, PKV_CACHE_F16, PKV_CACHE_F16, "saved with a q8_0 cache; this session's is f16 (--cache-type q8_0)"},
+        {q8, PKV_CACHE_Q8_0, PKV_CACHE_F16, "saved with a q8_0 cache; this session's is q8_0 keys and f16 values"},
+        {q8, PKV_CACHE_Q4_0, PKV_CACHE_Q4_0, "this session's is q4_0"},
+        {mixed, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0,
+         "saved with a cache of q8_0 keys and f16 values; this session's is q8_0 (--cache-type-k q8_0 --cache-type-v f16)"},
+        {q8, PKV_CACHE_Q8_0, PKV_CACHE_Q8_0, NULL},
+        {mixed, PKV_CACHE_Q8_0, PKV_CACHE_F16, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pkv_session_opts so;
+        pkv_session_opts_default(&so);
+        so.n_threads = 1;
+        so.n_ctx = 256;
+        so.cache_type_k = cases[c].tk;
+        so.cache_type_v = cases[c].tv;
+        pkv_session *s = pkv_session_new(m, &so, &err);
+        REQUIRE_MSG(s, "%s", err.msg);
+        int rc = pkv_session_load(s, cases[c].file, NULL, &err);
+        if (cases[c].want) {
+            CHECK_MSG(rc != 0 && strstr(err.msg, cases[c].want) && one_line(err.msg), "case %zu: '%s' lacks '%s'", c,
+                      rc ? err.msg : "(loaded)", cases[c].want);
+            CHECK_EQ_INT(pkv_session_n_pos(s), 0);
+        } else {
+            CHECK_MSG(rc == 0, "case %zu: %s", c, err.msg);
+            check_same_state(cases[c].file == q8 ? a : b, s, pkv_n_vocab(m));
+        }
+        pkv_session_free(s);
+    }
+    /* the first key block's scale made infinite is refused; a quant byte changed is a value like any other */
+    size_t size;
+    unsigned char *bytes = (unsigned char *)test_read_file(q8, &size);
+    REQUIRE(bytes);
+    pkv_kvfile f;
+    REQUIRE(pkv_kvfile_open_memory(&f, bytes, size, "q8", &err) == 0);
+    CHECK(f.type_k == PKV_CACHE_Q8_0 && f.type_v == PKV_CACHE_Q8_0 && f.k_row == 34 && f.version == 2);
+    size_t head0 = (size_t)(f.layers - bytes) + 8, keys0 = head0 + 4 + 4 * (size_t)get32(bytes + head0);
+    pkv_kvfile_close(&f);
+    memcpy(bytes + keys0, &(uint16_t){0x7c00}, 2);
+    reseal(bytes, size);
+    CHECK(pkv_kvfile_open_memory(&f, bytes, size, "q8", &err) != 0 && strstr(err.msg, "not finite"));
+    free(bytes);
+    bytes = (unsigned char *)test_read_file(q8, &size);
+    bytes[keys0 + 2] = 0x80;
+    reseal(bytes, size);
+    CHECK_MSG(pkv_kvfile_open_memory(&f, bytes, size, "q8", &err) == 0, "%s", err.msg);
+    pkv_kvfile_close(&f);
+    free(bytes);
+    unlink(q8);
+    unlink(mixed);
+    pkv_session_free(a);
+    pkv_session_free(b);
+    pkv_model_free(m);
+}
+
+/* Version 1 files (one cache type at offset 32, f16 or f32, and 8 reserved
+ * bytes at 88) are still read; another version is refused by its number. */
+TEST(saved_cache_version_1_still_read) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY_LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    char path[128];
+    temp_path(path, sizeof path, "v1");
+    pkv_session *a = saved_session(m, PKV_CACHE_F32, PKV_CACHE_F32, 40, path);
+    REQUIRE(a);
+    size_t size;
+    unsigned char *bytes = (unsigned char *)test_read_file(path, &size);
+    REQUIRE(bytes && get32(bytes + 8) == 2 && get32(bytes + 32) == 1 && get32(bytes + 88) == 1);
+    /* as version 1 wrote it */
+    put32(bytes + 8, 1);
+    put32(bytes + 88, 0);
+    reseal(bytes, size);
+    FILE *fp = fopen(path, "wb");
+    REQUIRE(fp && fwrite(bytes, 1, size, fp) == size);
+    fclose(fp);
+    pkv_session_opts so;
+    pkv_session_opts_default(&so);
+    so.n_threads = 1;
+    so.n_ctx = 256;
+    so.cache_type_k = so.cache_type_v = PKV_CACHE_F32;
+    pkv_session *s = pkv_session_new(m, &so, &err);
+    REQUIRE(s);
+    CHECK_MSG(pkv_session_load(s, path, NULL, &err) == 0, "%s", err.msg);
+    check_same_state(a, s, pkv_n_vocab(m));
+    check_same_decode(a, s, pkv_n_vocab(m), 3);
+    pkv_kvfile f;
+    put32(bytes + 32, 2); /* q8_0 did not exist in version 1 */
+    reseal(bytes, size);
+    CHECK(pkv_kvfile_open_memory(&f, bytes, size, "v1", &err) != 0 && strstr(err.msg, "in version 1"));
+    put32(bytes + 8, 3);
+    reseal(bytes, size);
+    CHECK(pkv_kvfile_open_memory(&f, bytes, size, "v3", &err) != 0 && strstr(err.msg, "version 3") &&
+          strstr(err.msg, "reads versions 1 and 2"));
+    free(bytes);
+    unlink(path);
+    pkv_session_free(s);
+    pkv_session_free(a);
+    pkv_model_free(m);
+}
+
 /* A broken session is not saved; the press text and the label are bounded. */
 TEST(saved_cache_save_refusals) {
     pkv_error err;
@@ -435,7 +597,8 @@ TEST(real_qwen_saved_cache_continues_as_live) {
     REQUIRE_MSG(pkv_session_save(a, path, "snapkv budget=64 window=8 mode=query_agnostic", NULL, &err) == 0, "%s",
                 err.msg);
     REQUIRE_MSG(pkv_session_load(b, path, NULL, &err) == 0, "%s", err.msg);
-    CHECK(pkv_session_cache_bytes(b) < pkv_model_kv_bytes_full(m, rp.n_compressed, 2)); /* it was compressed */
+    /* it was compressed */
+    CHECK(pkv_session_cache_bytes(b) < pkv_model_kv_bytes_full(m, rp.n_compressed, PKV_CACHE_F16, PKV_CACHE_F16));
     int n_vocab = pkv_n_vocab(m);
     check_same_state(a, b, n_vocab);
     REQUIRE(pkv_request_prefill_rest(a, &rp, NULL, &err) == 0);

@@ -32,7 +32,8 @@ typedef struct {
     int reps;               /* timed repetitions (>= 1) */
     bool warmup;            /* one untimed run first */
     uint64_t seed;          /* of the random token ids */
-    pkv_cache_type cache_type;
+    pkv_cache_type cache_type_k; /* how the sessions' caches store keys and values */
+    pkv_cache_type cache_type_v;
     double mem_bw;          /* bytes/s of memory reads with n_threads (pkv_bench_membw); 0: unknown */
     /* Called with one line of progress (no newline); may be NULL. */
     void (*progress)(void *user, const char *line);

@@ -15,7 +15,8 @@ void pkv_bench_opts_default(pkv_bench_opts *opts) {
     opts->reps = 5;
     opts->warmup = true;
     opts->seed = 1234;
-    opts->cache_type = PKV_CACHE_F16;
+    opts->cache_type_k = PKV_CACHE_F16;
+    opts->cache_type_v = PKV_CACHE_F16;
 }
 
 int pkv_bench_n_threads(const pkv_bench_opts *opts) {

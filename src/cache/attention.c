@@ -41,11 +41,21 @@ typedef struct {
     const float *q;
     const int32_t *q_pos;
     int n_tok;
-    float *scratch;             /* one row of scores per part */
+    float *scratch;             /* per part: a row of scores, then one key row as f32 */
     size_t scratch_per_thread;
 } probs_job;
 
-static void add_probs(const probs_job *j, int t, int h, float *scores) {
+/* q.k of one cache row: in place for f32 and f16 rows; a quantised row is
+ * dequantised first (the values the tiled path stages), then dotted in f32. */
+static float key_dot(const pkv_kernels *k, const pkv_kvcache *c, int dk, const void *krow, const float *q, float *key) {
+    switch (c->kern_k) {
+    case PKV_TYPE_F32: return k->dot_f32(dk, krow, q);
+    case PKV_TYPE_F16: return k->dot_f16_f32(dk, krow, q);
+    default: k->dequant[c->kern_k](krow, key, dk); return k->dot_f32(dk, key, q);
+    }
+}
+
+static void add_probs(const probs_job *j, int t, int h, float *scores, float *key) {
     const pkv_kv_layer *L = j->layer;
     const pkv_kvcache *c = j->cache;
     int group = j->p->n_head / L->n_heads;
@@ -59,9 +69,7 @@ static void add_probs(const probs_job *j, int t, int h, float *scores) {
     const pkv_kernels *k = j->kern;
     float mx = -INFINITY;
     for (int r = 0; r < n; r++) {
-        const void *krow = pkv_kv_key(c, L, kh, lo + r);
-        float s = c->type == PKV_CACHE_F32 ? k->dot_f32(dk, krow, q) : k->dot_f16_f32(dk, krow, q);
-        s *= j->p->scale;
+        float s = key_dot(k, c, dk, pkv_kv_key(L, kh, lo + r), q, key) * j->p->scale;
         if (j->p->softcap > 0.0f) s = j->p->softcap * tanhf(s / j->p->softcap);
         scores[r] = s;
         if (s > mx) mx = s;
@@ -79,10 +87,11 @@ static void add_probs(const probs_job *j, int t, int h, float *scores) {
 static void probs_task(void *arg, int part, int n_parts) {
     probs_job *j = arg;
     float *scores = j->scratch + (size_t)part * j->scratch_per_thread;
+    float *key = scores + j->scratch_per_thread - (size_t)j->layer->head_dim_k;
     int64_t h0, h1;
     pkv_split(j->p->n_head, part, n_parts, 1, &h0, &h1);
     for (int64_t h = h0; h < h1; h++)
-        for (int t = 0; t < j->n_tok; t++) add_probs(j, t, (int)h, scores);
+        for (int t = 0; t < j->n_tok; t++) add_probs(j, t, (int)h, scores, key);
 }
 
 static size_t max_rows_of(const pkv_kv_layer *L) {
@@ -91,6 +100,9 @@ static size_t max_rows_of(const pkv_kv_layer *L) {
         if ((size_t)L->heads[h].n_rows > max_rows) max_rows = (size_t)L->heads[h].n_rows;
     return max_rows;
 }
+
+/* Floats of one part of the accumulated-probabilities pass. */
+static size_t probs_floats(const pkv_kv_layer *L) { return max_rows_of(L) + (size_t)L->head_dim_k; }
 
 /* ---------------------------------------------------------------- tiled path */
 
@@ -253,7 +265,7 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
     int ja[TILE_Q], jb[TILE_Q];
     for (int kb = r0; kb < r1; kb += PKV_ATT_BK) {
         const int n = kh->n_rows - kb < PKV_ATT_BK ? kh->n_rows - kb : PKV_ATT_BK;
-        k->att_stage(pkv_kv_key(c, L, kh, kb), pkv_kv_value(c, L, kh, kb), n, dk, dv, c->elem_bytes, kt, vt);
+        k->att_stage(pkv_kv_key(L, kh, kb), pkv_kv_value(L, kh, kb), n, dk, dv, c->kern_k, c->kern_v, kt, vt);
         if (kb >= whole0 && kb + PKV_ATT_BK <= whole1) {
             k->att_block(nq, dk, dv, qb, kt, vt, scale, m, l, o);
             continue;
@@ -420,7 +432,7 @@ static size_t partial_floats(const pkv_kv_layer *L, int n_head) {
 
 size_t pkv_attention_scratch_floats(const pkv_kvcache *cache, int layer, int n_head, int n_threads) {
     const pkv_kv_layer *L = &cache->layers[layer];
-    const size_t rows_path = max_rows_of(L) * (size_t)n_threads;
+    const size_t rows_path = probs_floats(L) * (size_t)n_threads;
     const size_t tiled = (size_t)n_threads * per_thread_floats(L->head_dim_k, L->head_dim_v) + partial_floats(L, n_head);
     return rows_path > tiled ? rows_path : tiled;
 }
@@ -452,7 +464,7 @@ void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, co
     pkv_pool_for(c->pool, n_base * j.n_chunks, tile_item, &j);
     if (j.n_chunks > 1 && needs_merge(&j, n_base)) pkv_pool_for(c->pool, n_base, merge_item, &j);
     if (p->acc_probs) {
-        probs_job pj = {c->kern, cache, L, p, q, q_pos, n_tok, scratch, max_rows_of(L)};
+        probs_job pj = {c->kern, cache, L, p, q, q_pos, n_tok, scratch, probs_floats(L)};
         pkv_pool_run(c->pool, probs_task, &pj);
     }
 }

@@ -55,11 +55,66 @@ static void block_free(void *p, size_t bytes) {
     else munmap(p, bytes);
 }
 
-int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv_heads, int head_dim_k,
-                     int head_dim_v, const int *sliding_window_per_layer, pkv_error *err) {
+/* ------------------------------------------------------------ cache types */
+
+static const char *const TYPE_NAMES[PKV_CACHE_TYPE_COUNT] = {
+    [PKV_CACHE_F16] = "f16", [PKV_CACHE_F32] = "f32", [PKV_CACHE_Q8_0] = "q8_0", [PKV_CACHE_Q4_0] = "q4_0"};
+
+const char *pkv_cache_type_name(pkv_cache_type t) {
+    return (unsigned)t < PKV_CACHE_TYPE_COUNT ? TYPE_NAMES[t] : "?";
+}
+
+bool pkv_cache_type_parse(const char *s, pkv_cache_type *out) {
+    for (int t = 0; t < PKV_CACHE_TYPE_COUNT; t++)
+        if (s && !strcmp(s, TYPE_NAMES[t])) {
+            *out = (pkv_cache_type)t;
+            return true;
+        }
+    return false;
+}
+
+pkv_type pkv_kvcache_kern_type(pkv_cache_type t) {
+    switch (t) {
+    case PKV_CACHE_F32: return PKV_TYPE_F32;
+    case PKV_CACHE_Q8_0: return PKV_TYPE_Q8_0;
+    case PKV_CACHE_Q4_0: return PKV_TYPE_Q4_0;
+    default: return PKV_TYPE_F16;
+    }
+}
+
+uint64_t pkv_cache_row_bytes(pkv_cache_type t, int n) {
+    if ((unsigned)t >= PKV_CACHE_TYPE_COUNT || n < 0) return 0;
+    return pkv_row_bytes(pkv_kvcache_kern_type(t), n);
+}
+
+/* The row size of one head of a layer in type t, or an error naming the layer. */
+static int row_size(pkv_cache_type t, int layer, int dim, const char *what, size_t *out, pkv_error *err) {
+    if ((unsigned)t >= PKV_CACHE_TYPE_COUNT)
+        return pkv_fail(err, PKV_ERR_ARG, "unknown cache type %d for %s", (int)t, what);
+    *out = (size_t)pkv_cache_row_bytes(t, dim);
+    if (*out == 0 || dim <= 0)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED,
+                        "layer %d: %s head size %d is not a multiple of 32, the block of %s cache rows (f16 and f32 "
+                        "rows take any size)", layer, what, dim, pkv_cache_type_name(t));
+    return 0;
+}
+
+/* ------------------------------------------------------------ the cache */
+
+int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type_k, pkv_cache_type type_v, int n_layers, int n_kv_heads,
+                     int head_dim_k, int head_dim_v, const int *sliding_window_per_layer, pkv_error *err) {
     memset(c, 0, sizeof *c);
-    c->type = type;
-    c->elem_bytes = type == PKV_CACHE_F32 ? 4 : 2;
+    c->type_k = type_k;
+    c->type_v = type_v;
+    c->kern_k = pkv_kvcache_kern_type(type_k);
+    c->kern_v = pkv_kvcache_kern_type(type_v);
+    if (n_layers < 0 || n_kv_heads < 0)
+        return pkv_fail(err, PKV_ERR_INTERNAL, "a KV cache of %d layers and %d heads", n_layers, n_kv_heads);
+    size_t k_row = 0, v_row = 0;
+    for (int l = 0; l < n_layers; l++)
+        if (row_size(type_k, l, head_dim_k, "key", &k_row, err) ||
+            row_size(type_v, l, head_dim_v, "value", &v_row, err))
+            return -1;
     c->n_layers = n_layers;
     c->layers = calloc((size_t)n_layers, sizeof *c->layers);
     if (!c->layers) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory for the KV cache layer table");
@@ -68,6 +123,8 @@ int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv
         L->n_heads = L->n_heads_kv = n_kv_heads;
         L->head_dim_k = head_dim_k;
         L->head_dim_v = head_dim_v;
+        L->k_row = k_row;
+        L->v_row = v_row;
         L->sliding_window = sliding_window_per_layer ? sliding_window_per_layer[l] : 0;
         L->heads = calloc((size_t)n_kv_heads, sizeof *L->heads);
         if (!L->heads) {
@@ -104,16 +161,27 @@ void pkv_kvcache_clear(pkv_kvcache *c) {
     }
 }
 
+/* Where a block of cap rows puts the values and the positions, and its
+ * size. A row of Q8_0/Q4_0 blocks is a multiple of 2 bytes only (34 or 18
+ * per block), so both offsets are rounded up to 8: values may be f32 after
+ * quantised keys, and positions are int32. */
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static void head_layout(const pkv_kv_layer *L, int cap, size_t *v_off, size_t *pos_off, size_t *end) {
+    *v_off = align8((size_t)cap * L->k_row);
+    *pos_off = align8(*v_off + (size_t)cap * L->v_row);
+    *end = *pos_off + (size_t)cap * sizeof(int32_t);
+}
+
 /* Resizes a head's block to exactly cap rows (cap >= n_rows). The block's
  * layout depends on cap, so the n_rows live rows of V and the positions move:
  * down before a shrink, up after a growth. A failed shrink keeps the larger
  * block (with the new layout); a failed growth changes nothing. */
-static int resize_head(const pkv_kvcache *c, const pkv_kv_layer *L, pkv_kv_head *h, int cap, pkv_error *err) {
-    const size_t kr = (size_t)L->head_dim_k * c->elem_bytes, vr = (size_t)L->head_dim_v * c->elem_bytes;
-    const size_t live_v = (size_t)h->n_rows * vr, live_pos = (size_t)h->n_rows * sizeof(int32_t);
-    const size_t v_old = (size_t)h->cap * kr, pos_old = v_old + (size_t)h->cap * vr;
-    const size_t v_new = (size_t)cap * kr, pos_new = v_new + (size_t)cap * vr;
-    const size_t need = pos_new + (size_t)cap * sizeof(int32_t);
+static int resize_head(const pkv_kv_layer *L, pkv_kv_head *h, int cap, pkv_error *err) {
+    const size_t live_v = (size_t)h->n_rows * L->v_row, live_pos = (size_t)h->n_rows * sizeof(int32_t);
+    size_t v_old, pos_old, end_old, v_new, pos_new, need;
+    head_layout(L, h->cap, &v_old, &pos_old, &end_old);
+    head_layout(L, cap, &v_new, &pos_new, &need);
     char *base = h->k;
     if (base && cap < h->cap) {
         memmove(base + v_new, base + v_old, live_v);
@@ -141,9 +209,12 @@ static int resize_head(const pkv_kvcache *c, const pkv_kv_layer *L, pkv_kv_head 
 }
 
 int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err) {
-    if (dst->n_layers != src->n_layers || dst->type != src->type)
-        return pkv_fail(err, PKV_ERR_ARG, "KV caches of different shapes (%d/%d layers, types %d/%d) cannot be copied",
-                        dst->n_layers, src->n_layers, (int)dst->type, (int)src->type);
+    if (dst->n_layers != src->n_layers || dst->type_k != src->type_k || dst->type_v != src->type_v)
+        return pkv_fail(err, PKV_ERR_ARG,
+                        "KV caches of different shapes (%d/%d layers, types %s/%s and %s/%s) cannot be copied",
+                        dst->n_layers, src->n_layers, pkv_cache_type_name(dst->type_k),
+                        pkv_cache_type_name(dst->type_v), pkv_cache_type_name(src->type_k),
+                        pkv_cache_type_name(src->type_v));
     pkv_kvcache_clear(dst);
     for (int l = 0; l < src->n_layers; l++) {
         const pkv_kv_layer *S = &src->layers[l];
@@ -156,11 +227,11 @@ int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err) {
             D->heads = heads;
             D->n_heads = S->n_heads;
         }
-        size_t kb = (size_t)S->head_dim_k * src->elem_bytes, vb = (size_t)S->head_dim_v * src->elem_bytes;
+        const size_t kb = S->k_row, vb = S->v_row;
         for (int h = 0; h < S->n_heads; h++) {
             const pkv_kv_head *sh = &S->heads[h];
             pkv_kv_head *dh = &D->heads[h];
-            if (resize_head(dst, D, dh, sh->n_rows + 16, err)) return -1;
+            if (resize_head(D, dh, sh->n_rows + 16, err)) return -1;
             memcpy(dh->k, sh->k, (size_t)sh->n_rows * kb);
             memcpy(dh->v, sh->v, (size_t)sh->n_rows * vb);
             memcpy(dh->pos, sh->pos, (size_t)sh->n_rows * sizeof *sh->pos);
@@ -192,9 +263,9 @@ int pkv_kvcache_put_rows(pkv_kvcache *c, int layer, int head, int n_rows, const 
     pkv_kv_layer *L = &c->layers[layer];
     pkv_kv_head *h = &L->heads[head];
     if (h->n_rows) return pkv_fail(err, PKV_ERR_INTERNAL, "layer %d head %d: rows are put into an empty head", layer, head);
-    if (resize_head(c, L, h, n_rows + 16, err)) return -1; /* 16 spare rows, as a copy has */
-    memcpy(h->k, k, (size_t)n_rows * L->head_dim_k * c->elem_bytes);
-    memcpy(h->v, v, (size_t)n_rows * L->head_dim_v * c->elem_bytes);
+    if (resize_head(L, h, n_rows + 16, err)) return -1; /* 16 spare rows, as a copy has */
+    memcpy(h->k, k, (size_t)n_rows * L->k_row);
+    memcpy(h->v, v, (size_t)n_rows * L->v_row);
     memcpy(h->pos, pos, (size_t)n_rows * sizeof *h->pos); /* a little-endian host (docs/engine.md §1) */
     h->n_rows = n_rows;
     return 0;
@@ -209,9 +280,23 @@ int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err) {
         int cap = h->n_rows + n_more;
         int grown = h->cap + h->cap / 2 + 16;
         if (grown > cap) cap = grown;
-        if (resize_head(c, L, h, cap, err)) return -1;
+        if (resize_head(L, h, cap, err)) return -1;
     }
     return 0;
+}
+
+/* One row of n floats into the cache's type t. */
+static void put_row(const pkv_kernels *kern, pkv_cache_type t, const float *src, void *dst, int n) {
+    switch (t) {
+    case PKV_CACHE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    /* as llama.cpp writes a quantised cache row (the CPU type's from_float):
+     * Q8_0 with the activation quantiser, the x86 rule of docs/engine.md
+     * §2.3 (every level of the table gives the same bits); Q4_0 with the
+     * reference round-to-nearest quantiser (quant.c), a scalar function */
+    case PKV_CACHE_Q8_0: kern->quantize[PKV_TYPE_Q8_0](src, dst, n); break;
+    case PKV_CACHE_Q4_0: pkv_quantize_row_ref(PKV_TYPE_Q4_0, src, dst, n); break;
+    default: kern->f32_to_f16(src, dst, n); break;
+    }
 }
 
 void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, const float *k, const float *v,
@@ -228,13 +313,8 @@ void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, cons
             const float *ks = k + ((int64_t)t * L->n_heads_kv + src) * dk;
             const float *vs = v + ((int64_t)t * L->n_heads_kv + src) * dv;
             int row = h->n_rows + t;
-            if (c->type == PKV_CACHE_F32) {
-                memcpy((float *)h->k + (int64_t)row * dk, ks, (size_t)dk * sizeof(float));
-                memcpy((float *)h->v + (int64_t)row * dv, vs, (size_t)dv * sizeof(float));
-            } else {
-                kern->f32_to_f16(ks, (uint16_t *)h->k + (int64_t)row * dk, dk);
-                kern->f32_to_f16(vs, (uint16_t *)h->v + (int64_t)row * dv, dv);
-            }
+            put_row(kern, c->type_k, ks, (char *)h->k + (size_t)row * L->k_row, dk);
+            put_row(kern, c->type_v, vs, (char *)h->v + (size_t)row * L->v_row, dv);
             h->pos[row] = pos[t];
         }
         h->n_rows += n;
@@ -245,7 +325,7 @@ int pkv_kvcache_keep_rows(pkv_kvcache *c, int layer, int head, const int32_t *ro
                           pkv_error *err) {
     pkv_kv_layer *L = &c->layers[layer];
     pkv_kv_head *h = &L->heads[head];
-    size_t kb = (size_t)L->head_dim_k * c->elem_bytes, vb = (size_t)L->head_dim_v * c->elem_bytes;
+    const size_t kb = L->k_row, vb = L->v_row; /* compaction moves whole rows, whatever their type */
     for (int i = 0; i < n_keep; i++) {
         int r = rows[i];
         if (r < 0 || r >= h->n_rows || (i > 0 && r <= rows[i - 1]))
@@ -259,7 +339,7 @@ int pkv_kvcache_keep_rows(pkv_kvcache *c, int layer, int head, const int32_t *ro
     }
     h->n_rows = n_keep;
     /* shrink: the memory saved by the press must really be returned */
-    return resize_head(c, L, h, n_keep + spare, err);
+    return resize_head(L, h, n_keep + spare, err);
 }
 
 int pkv_kvcache_split_heads(pkv_kvcache *c, int layer, int n_new_heads, const int32_t *const *rows,
@@ -271,11 +351,11 @@ int pkv_kvcache_split_heads(pkv_kvcache *c, int layer, int n_new_heads, const in
     int group = n_new_heads / L->n_heads;
     pkv_kv_head *heads = calloc((size_t)n_new_heads, sizeof *heads);
     if (!heads) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory splitting layer %d into query heads", layer);
-    size_t kb = (size_t)L->head_dim_k * c->elem_bytes, vb = (size_t)L->head_dim_v * c->elem_bytes;
+    const size_t kb = L->k_row, vb = L->v_row;
     for (int s = 0; s < n_new_heads; s++) {
         const pkv_kv_head *src = &L->heads[s / group];
         pkv_kv_head *dst = &heads[s];
-        if (resize_head(c, L, dst, n_keep[s] + spare, err)) {
+        if (resize_head(L, dst, n_keep[s] + spare, err)) {
             for (int i = 0; i <= s; i++) free_head(&heads[i]);
             free(heads);
             return -1;
@@ -304,7 +384,7 @@ void pkv_kvcache_trim_window(pkv_kvcache *c, int layer, int next_pos) {
         int dead = 0;
         while (dead < h->n_rows && h->pos[dead] < oldest_visible) dead++;
         if (dead == 0 || dead < h->n_rows - dead) continue;
-        size_t kb = (size_t)L->head_dim_k * c->elem_bytes, vb = (size_t)L->head_dim_v * c->elem_bytes;
+        const size_t kb = L->k_row, vb = L->v_row;
         int live = h->n_rows - dead;
         memmove(h->k, (char *)h->k + (size_t)dead * kb, (size_t)live * kb);
         memmove(h->v, (char *)h->v + (size_t)dead * vb, (size_t)live * vb);
@@ -312,29 +392,23 @@ void pkv_kvcache_trim_window(pkv_kvcache *c, int layer, int next_pos) {
         h->n_rows = live;
         /* after a long prefill the arrays are far larger than the window: give the memory back */
         int want = live + L->sliding_window + 16;
-        if (h->cap > 2 * want) resize_head(c, L, h, want, NULL); /* a failed shrink keeps the old arrays */
+        if (h->cap > 2 * want) resize_head(L, h, want, NULL); /* a failed shrink keeps the old arrays */
     }
-}
-
-static void read_rows(const pkv_kvcache *c, const pkv_kernels *kern, const void *src, int n_rows, int dim,
-                      float *dst) {
-    if (c->type == PKV_CACHE_F32) memcpy(dst, src, (size_t)n_rows * dim * sizeof(float));
-    else kern->f16_to_f32(src, dst, (int64_t)n_rows * dim);
 }
 
 void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head, float *dst) {
     const pkv_kv_layer *L = &c->layers[layer];
-    read_rows(c, kern, L->heads[head].k, L->heads[head].n_rows, L->head_dim_k, dst);
+    kern->dequant[c->kern_k](L->heads[head].k, dst, (int64_t)L->heads[head].n_rows * L->head_dim_k);
 }
 
 void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head, float *dst) {
     const pkv_kv_layer *L = &c->layers[layer];
-    read_rows(c, kern, L->heads[head].v, L->heads[head].n_rows, L->head_dim_v, dst);
+    kern->dequant[c->kern_v](L->heads[head].v, dst, (int64_t)L->heads[head].n_rows * L->head_dim_v);
 }
 
 uint64_t pkv_kvcache_row_bytes(const pkv_kvcache *c, int layer) {
     const pkv_kv_layer *L = &c->layers[layer];
-    return (uint64_t)(L->head_dim_k + L->head_dim_v) * c->elem_bytes + sizeof(int32_t);
+    return (uint64_t)L->k_row + L->v_row + sizeof(int32_t);
 }
 
 int64_t pkv_kvcache_layer_rows(const pkv_kvcache *c, int layer) {

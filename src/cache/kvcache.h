@@ -19,12 +19,14 @@
 #include "promptkv.h"
 
 /* One block per head (kvcache.c): cap rows of K, then cap rows of V, then
- * cap positions; k points at the block, v and pos into it. */
+ * cap positions; k points at the block, v and pos into it. A row is stored in
+ * the cache's type for keys or for values: f16, f32, or ggml's Q8_0/Q4_0
+ * blocks of 32 elements (docs/design.md "The cache layout"). */
 typedef struct {
     int n_rows;
     int cap;        /* rows allocated */
-    void *k;        /* cap rows of head_dim elements (f16 or f32) */
-    void *v;
+    void *k;        /* cap key rows of k_row bytes each */
+    void *v;        /* cap value rows of v_row bytes each */
     int32_t *pos;   /* original position of each row */
     size_t bytes;   /* size of the block at k (at least what cap needs) */
 } pkv_kv_head;
@@ -34,30 +36,37 @@ typedef struct {
     int n_heads_kv;       /* the model's KV heads: what a cleared layer goes back to */
     int head_dim_k;
     int head_dim_v;
+    size_t k_row, v_row;  /* bytes of one key row, one value row (pkv_cache_row_bytes) */
     int sliding_window;   /* 0: full attention; else rows older than the window are dropped */
     pkv_kv_head *heads;
 } pkv_kv_layer;
 
 typedef struct {
-    pkv_cache_type type;
-    int elem_bytes;       /* 2 (f16) or 4 (f32) */
+    pkv_cache_type type_k, type_v;
+    pkv_type kern_k, kern_v; /* the same as the kernels' type ids (F16, F32, Q8_0, Q4_0) */
     int n_layers;
     pkv_kv_layer *layers;
 } pkv_kvcache;
 
-int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type, int n_layers, int n_kv_heads,
+/* The kernels' type id of a cache type. */
+pkv_type pkv_kvcache_kern_type(pkv_cache_type t);
+
+/* Refuses an unknown type, and a head size that is not a multiple of the
+ * block of a Q8_0/Q4_0 type (32), naming the layer, the size and the type. */
+int pkv_kvcache_init(pkv_kvcache *c, pkv_cache_type type_k, pkv_cache_type type_v, int n_layers, int n_kv_heads,
                      int head_dim_k, int head_dim_v, const int *sliding_window_per_layer,
                      pkv_error *err);
 void pkv_kvcache_free(pkv_kvcache *c);
 void pkv_kvcache_clear(pkv_kvcache *c);
 
-/* dst becomes a deep copy of src (same model); dst's rows are freed first. */
+/* dst becomes a deep copy of src (same model and types); dst's rows are freed first. */
 int pkv_kvcache_copy(pkv_kvcache *dst, const pkv_kvcache *src, pkv_error *err);
 
 /* Loading a saved cache (kvfile.c), on a cleared cache: the layer gets
  * n_heads heads (the model's KV heads, or its query heads after a
  * per-query-head press), then each head its rows, copied from k, v and pos
- * (n_rows rows of each, any alignment; positions little-endian int32). */
+ * (n_rows rows of each in the cache's types, any alignment; positions
+ * little-endian int32). */
 int pkv_kvcache_set_n_heads(pkv_kvcache *c, int layer, int n_heads, pkv_error *err);
 int pkv_kvcache_put_rows(pkv_kvcache *c, int layer, int head, int n_rows, const void *k, const void *v, const void *pos,
                          pkv_error *err);
@@ -67,8 +76,10 @@ int pkv_kvcache_reserve(pkv_kvcache *c, int layer, int n_more, pkv_error *err);
 
 /* Append n rows to every head of a layer: k/v are [n, n_heads_kv, head_dim]
  * floats (token-major, as projections produce them); a head of a layer split
- * per query head gets its KV head's row. Converts to the cache type.
- * Requires a prior reserve. */
+ * per query head gets its KV head's row. Converts to the cache's types
+ * (rounding to f16, or quantising to Q8_0 with the table's activation
+ * quantiser and to Q4_0 with the reference quantiser, as llama.cpp stores a
+ * quantised cache). Requires a prior reserve. */
 void pkv_kvcache_append(pkv_kvcache *c, const pkv_kernels *kern, int layer, const float *k,
                         const float *v, const int32_t *pos, int n);
 
@@ -90,7 +101,8 @@ int pkv_kvcache_split_heads(pkv_kvcache *c, int layer, int n_new_heads, const in
  * least as many as the live ones, so a decode step costs O(1) rows. */
 void pkv_kvcache_trim_window(pkv_kvcache *c, int layer, int next_pos);
 
-/* Keys/values of one head as floats: rows [0, n_rows) into dst (n_rows x dim). */
+/* Keys/values of one head as floats: rows [0, n_rows) into dst (n_rows x
+ * dim), dequantised by the table's kernels. */
 void pkv_kvcache_read_k(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
                         float *dst);
 void pkv_kvcache_read_v(const pkv_kvcache *c, const pkv_kernels *kern, int layer, int head,
@@ -126,22 +138,21 @@ static inline int pkv_kvcache_max_head_rows(const pkv_kvcache *c, int layer) {
         if (c->layers[layer].heads[h].n_rows > rows) rows = c->layers[layer].heads[h].n_rows;
     return rows;
 }
-/* Keys and values of a head as n_rows x dim floats in place when the cache
- * is f32; NULL for an f16 cache (read a copy with pkv_kvcache_read_k/v). */
+/* Keys and values of a head as n_rows x dim floats in place when that part
+ * of the cache is f32; NULL otherwise (read a copy with pkv_kvcache_read_k/v). */
 static inline const float *pkv_kvcache_head_k_f32(const pkv_kvcache *c, int layer, int head) {
-    return c->type == PKV_CACHE_F32 ? (const float *)c->layers[layer].heads[head].k : NULL;
+    return c->type_k == PKV_CACHE_F32 ? (const float *)c->layers[layer].heads[head].k : NULL;
 }
 static inline const float *pkv_kvcache_head_v_f32(const pkv_kvcache *c, int layer, int head) {
-    return c->type == PKV_CACHE_F32 ? (const float *)c->layers[layer].heads[head].v : NULL;
+    return c->type_v == PKV_CACHE_F32 ? (const float *)c->layers[layer].heads[head].v : NULL;
 }
 
-static inline const void *pkv_kv_key(const pkv_kvcache *c, const pkv_kv_layer *l,
-                                     const pkv_kv_head *h, int row) {
-    return (const char *)h->k + (size_t)row * l->head_dim_k * c->elem_bytes;
+/* Row `row` of a head's keys or values, in the cache's type. */
+static inline const void *pkv_kv_key(const pkv_kv_layer *l, const pkv_kv_head *h, int row) {
+    return (const char *)h->k + (size_t)row * l->k_row;
 }
-static inline const void *pkv_kv_value(const pkv_kvcache *c, const pkv_kv_layer *l,
-                                       const pkv_kv_head *h, int row) {
-    return (const char *)h->v + (size_t)row * l->head_dim_v * c->elem_bytes;
+static inline const void *pkv_kv_value(const pkv_kv_layer *l, const pkv_kv_head *h, int row) {
+    return (const char *)h->v + (size_t)row * l->v_row;
 }
 
 #endif

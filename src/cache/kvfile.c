@@ -37,8 +37,8 @@ static void put(writer *w, const void *p, size_t n) {
 static void put_u32(writer *w, uint32_t v) { put(w, &v, sizeof v); } /* little-endian host (docs/engine.md §1) */
 static void put_u64(writer *w, uint64_t v) { put(w, &v, sizeof v); }
 
-static uint64_t head_block_bytes(const pkv_kvcache *c, const pkv_kv_layer *L, int n_rows) {
-    return 4 + (uint64_t)n_rows * (sizeof(int32_t) + (uint64_t)(L->head_dim_k + L->head_dim_v) * c->elem_bytes);
+static uint64_t head_block_bytes(const pkv_kv_layer *L, int n_rows) {
+    return 4 + (uint64_t)n_rows * (sizeof(int32_t) + (uint64_t)L->k_row + L->v_row);
 }
 
 static uint64_t file_bytes(const pkv_kvcache *c, const pkv_kvfile_meta *m, size_t press_len, size_t label_len) {
@@ -46,7 +46,7 @@ static uint64_t file_bytes(const pkv_kvcache *c, const pkv_kvfile_meta *m, size_
     for (int l = 0; l < c->n_layers; l++) {
         const pkv_kv_layer *L = &c->layers[l];
         n += 8;
-        for (int h = 0; h < L->n_heads; h++) n += head_block_bytes(c, L, L->heads[h].n_rows);
+        for (int h = 0; h < L->n_heads; h++) n += head_block_bytes(L, L->heads[h].n_rows);
     }
     return n + 8; /* the checksum */
 }
@@ -95,7 +95,7 @@ int pkv_kvfile_write(const char *path, const pkv_kvcache *c, const pkv_kvfile_me
     put_u32(w, PKV_KVFILE_HEADER_BYTES);
     put_u64(w, file_bytes(c, m, press_len, label_len));
     put_u64(w, m->model_fingerprint);
-    put_u32(w, c->type == PKV_CACHE_F32 ? 1 : 0);
+    put_u32(w, (uint32_t)c->type_k);
     put_u32(w, (uint32_t)c->n_layers);
     put_u32(w, (uint32_t)(c->n_layers ? c->layers[0].n_heads_kv : 0));
     put_u32(w, (uint32_t)m->n_head);
@@ -107,7 +107,8 @@ int pkv_kvfile_write(const char *path, const pkv_kvcache *c, const pkv_kvfile_me
     put_u32(w, (uint32_t)label_len);
     put_u64(w, (uint64_t)total_rows(c));
     put_u64(w, pkv_kvcache_bytes(c));
-    put_u64(w, 0); /* reserved */
+    put_u32(w, (uint32_t)c->type_v);
+    put_u32(w, 0); /* reserved */
     put(w, press, press_len);
     put(w, label, label_len);
     put(w, m->tokens, 4 * (size_t)m->n_pos);
@@ -120,8 +121,8 @@ int pkv_kvfile_write(const char *path, const pkv_kvcache *c, const pkv_kvfile_me
             const pkv_kv_head *hd = &L->heads[h];
             put_u32(w, (uint32_t)hd->n_rows);
             put(w, hd->pos, (size_t)hd->n_rows * sizeof *hd->pos);
-            put(w, hd->k, (size_t)hd->n_rows * L->head_dim_k * c->elem_bytes);
-            put(w, hd->v, (size_t)hd->n_rows * L->head_dim_v * c->elem_bytes);
+            put(w, hd->k, (size_t)hd->n_rows * L->k_row);
+            put(w, hd->v, (size_t)hd->n_rows * L->v_row);
         }
     }
     uint64_t crc = w->crc;
@@ -194,16 +195,22 @@ static int check_text(const pkv_kvfile *f, const char *s, size_t n, const char *
     return 0;
 }
 
-/* True when any of n f16 or f32 values is infinite or NaN (all exponent bits set). */
-static bool non_finite(const uint8_t *p, uint64_t n, int elem_bytes) {
-    if (elem_bytes == 2) {
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t b = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            if ((b & 0x7c00) == 0x7c00) return true;
-        }
-    } else {
+/* True when any of n_rows rows of dim elements of type t is infinite or NaN
+ * (all exponent bits set): every f16 or f32 element, or the fp16 scale of
+ * every Q8_0/Q4_0 block (their quants are integers, always finite). */
+static bool non_finite(const uint8_t *p, uint64_t n_rows, int dim, pkv_cache_type t) {
+    uint64_t n = n_rows * (uint64_t)dim;
+    if (t == PKV_CACHE_F32) {
         for (uint64_t i = 0; i < n; i++)
             if ((rd_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u) return true;
+        return false;
+    }
+    /* f16: every element is a half; a block type: the half at each block's start */
+    const uint64_t stride = t == PKV_CACHE_Q8_0 ? sizeof(block_q8_0) : t == PKV_CACHE_Q4_0 ? sizeof(block_q4_0) : 2;
+    const uint64_t count = t == PKV_CACHE_F16 ? n : n / QK8_0; /* QK4_0 == QK8_0 == 32 */
+    for (uint64_t i = 0; i < count; i++) {
+        uint16_t b = (uint16_t)(p[stride * i] | p[stride * i + 1] << 8);
+        if ((b & 0x7c00) == 0x7c00) return true;
     }
     return false;
 }
@@ -218,14 +225,13 @@ static int check_head(const pkv_kvfile *f, cursor *cur, int l, int h, int64_t *r
     if (n_rows > (uint32_t)f->n_pos)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: layer %d head %d: %u rows, more than the %d tokens", f->path, l, h,
                         n_rows, f->n_pos);
-    int elem = f->type == PKV_CACHE_F32 ? 4 : 2;
     const uint8_t *pos = NULL, *k = NULL, *v = NULL;
     snprintf(what, sizeof what, "layer %d head %d: positions", l, h);
     if (take(cur, 4 * (uint64_t)n_rows, what, &pos, err)) return -1;
     snprintf(what, sizeof what, "layer %d head %d: keys", l, h);
-    if (take(cur, (uint64_t)n_rows * f->head_dim_k * elem, what, &k, err)) return -1;
+    if (take(cur, (uint64_t)n_rows * f->k_row, what, &k, err)) return -1;
     snprintf(what, sizeof what, "layer %d head %d: values", l, h);
-    if (take(cur, (uint64_t)n_rows * f->head_dim_v * elem, what, &v, err)) return -1;
+    if (take(cur, (uint64_t)n_rows * f->v_row, what, &v, err)) return -1;
     int64_t prev = -1;
     for (uint32_t r = 0; r < n_rows; r++) {
         int32_t p = (int32_t)rd_u32(pos + 4 * r);
@@ -235,10 +241,10 @@ static int check_head(const pkv_kvfile *f, cursor *cur, int l, int h, int64_t *r
                             f->path, l, h, r, p, (long long)prev, f->n_pos);
         prev = p;
     }
-    if (non_finite(k, (uint64_t)n_rows * f->head_dim_k, elem) || non_finite(v, (uint64_t)n_rows * f->head_dim_v, elem))
+    if (non_finite(k, n_rows, f->head_dim_k, f->type_k) || non_finite(v, n_rows, f->head_dim_v, f->type_v))
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: layer %d head %d: a key or value is not finite", f->path, l, h);
     *rows += n_rows;
-    *bytes += (uint64_t)n_rows * (4 + (uint64_t)(f->head_dim_k + f->head_dim_v) * elem);
+    *bytes += (uint64_t)n_rows * (4 + (uint64_t)f->k_row + f->v_row);
     return 0;
 }
 
@@ -257,15 +263,15 @@ static int parse(pkv_kvfile *f, pkv_error *err) {
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: not a promptkv saved cache (no 'PKVCACHE' magic in its %zu bytes)",
                         f->path, f->size);
     f->version = rd_u32(b + 8);
-    if (f->version != PKV_KVFILE_VERSION)
-        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: a saved cache of version %u; this build reads version %d",
+    if (f->version != 1 && f->version != PKV_KVFILE_VERSION)
+        return pkv_fail(err, PKV_ERR_UNSUPPORTED, "%s: a saved cache of version %u; this build reads versions 1 and %d",
                         f->path, f->version, PKV_KVFILE_VERSION);
     if (f->size < PKV_KVFILE_HEADER_BYTES + 8)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the %d-byte header and checksum",
                         f->path, f->size, PKV_KVFILE_HEADER_BYTES);
     if (rd_u32(b + 12) != PKV_KVFILE_HEADER_BYTES)
-        return pkv_fail(err, PKV_ERR_FORMAT, "%s: header: size %u, version 1 has %d", f->path, rd_u32(b + 12),
-                        PKV_KVFILE_HEADER_BYTES);
+        return pkv_fail(err, PKV_ERR_FORMAT, "%s: header: size %u, version %u has %d", f->path, rd_u32(b + 12),
+                        f->version, PKV_KVFILE_HEADER_BYTES);
     uint64_t want = rd_u64(b + 16);
     if (want != f->size)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: %s: the header says %llu bytes, the file has %zu", f->path,
@@ -281,9 +287,15 @@ static int parse(pkv_kvfile *f, pkv_error *err) {
                         f->path, (unsigned long long)stored, (unsigned long long)crc);
 
     f->model_fingerprint = rd_u64(b + 24);
-    uint32_t type = rd_u32(b + 32);
-    if (type > 1) return pkv_fail(err, PKV_ERR_FORMAT, "%s: header: cache type %u (0 f16, 1 f32)", f->path, type);
-    f->type = type ? PKV_CACHE_F32 : PKV_CACHE_F16;
+    /* version 1: one type for keys and values at 32, f16 or f32; version 2:
+     * the key type at 32, the value type at 88 (what was reserved) */
+    uint32_t type_k = rd_u32(b + 32), type_v = f->version == 1 ? type_k : rd_u32(b + 88);
+    uint32_t n_types = f->version == 1 ? 2 : PKV_CACHE_TYPE_COUNT;
+    if (type_k >= n_types || type_v >= n_types)
+        return pkv_fail(err, PKV_ERR_FORMAT, "%s: header: cache types %u and %u (0 f16, 1 f32%s)", f->path, type_k,
+                        type_v, f->version == 1 ? " in version 1" : ", 2 q8_0, 3 q4_0");
+    f->type_k = (pkv_cache_type)type_k;
+    f->type_v = (pkv_cache_type)type_v;
     int press_len = 0, label_len = 0;
     if (header_count(f, b, 36, "layers", 1, MAX_LAYERS, &f->n_layers, err) ||
         header_count(f, b, 40, "KV heads", 1, MAX_HEADS, &f->n_head_kv, err) ||
@@ -298,6 +310,12 @@ static int parse(pkv_kvfile *f, pkv_error *err) {
     if (f->n_head % f->n_head_kv)
         return pkv_fail(err, PKV_ERR_FORMAT, "%s: header: %d query heads are not a multiple of %d KV heads", f->path,
                         f->n_head, f->n_head_kv);
+    f->k_row = (size_t)pkv_cache_row_bytes(f->type_k, f->head_dim_k);
+    f->v_row = (size_t)pkv_cache_row_bytes(f->type_v, f->head_dim_v);
+    if (!f->k_row || !f->v_row)
+        return pkv_fail(err, PKV_ERR_FORMAT, "%s: header: head sizes %d and %d do not fit %s keys and %s values "
+                        "(blocks of 32)", f->path, f->head_dim_k, f->head_dim_v, pkv_cache_type_name(f->type_k),
+                        pkv_cache_type_name(f->type_v));
     f->rows = (int64_t)rd_u64(b + 72);
     f->cache_bytes = rd_u64(b + 80);
 
@@ -398,13 +416,13 @@ int32_t pkv_kvfile_token(const pkv_kvfile *f, int i) { return (int32_t)rd_u32(f-
 void pkv_kvfile_read_logits(const pkv_kvfile *f, float *out) { memcpy(out, f->logits, 4 * (size_t)f->n_vocab); }
 
 int pkv_kvfile_read_cache(const pkv_kvfile *f, pkv_kvcache *c, pkv_error *err) {
-    if (c->n_layers != f->n_layers || c->type != f->type || c->layers[0].n_heads_kv != f->n_head_kv ||
+    if (c->n_layers != f->n_layers || c->type_k != f->type_k || c->type_v != f->type_v ||
+        c->layers[0].n_heads_kv != f->n_head_kv ||
         c->layers[0].head_dim_k != f->head_dim_k || c->layers[0].head_dim_v != f->head_dim_v)
         return pkv_fail(err, PKV_ERR_ARG, "%s: the cache's shape differs from the file's", f->path);
     pkv_kvcache_clear(c);
     /* parse() checked every count and length below */
     const uint8_t *p = f->layers;
-    int elem = c->elem_bytes;
     for (int l = 0; l < f->n_layers; l++) {
         uint32_t n_heads = rd_u32(p), window = rd_u32(p + 4);
         p += 8;
@@ -414,8 +432,8 @@ int pkv_kvfile_read_cache(const pkv_kvfile *f, pkv_kvcache *c, pkv_error *err) {
         if (pkv_kvcache_set_n_heads(c, l, (int)n_heads, err)) return -1;
         for (int h = 0; h < (int)n_heads; h++) {
             int n_rows = (int)rd_u32(p);
-            const uint8_t *pos = p + 4, *k = pos + 4 * (size_t)n_rows, *v = k + (size_t)n_rows * f->head_dim_k * elem;
-            p = v + (size_t)n_rows * f->head_dim_v * elem;
+            const uint8_t *pos = p + 4, *k = pos + 4 * (size_t)n_rows, *v = k + (size_t)n_rows * f->k_row;
+            p = v + (size_t)n_rows * f->v_row;
             if (pkv_kvcache_put_rows(c, l, h, n_rows, k, v, pos, err)) return -1;
         }
     }

@@ -19,8 +19,10 @@
 #include "cache/kvcache.h"
 #include "promptkv.h"
 
+/* Version 2 stores the key and the value types apart (offsets 32 and 88);
+ * version 1 files (one type for both, f16 or f32) are still read. */
 enum {
-    PKV_KVFILE_VERSION = 1,
+    PKV_KVFILE_VERSION = 2,
     PKV_KVFILE_HEADER_BYTES = 96,
     PKV_KVFILE_MAX_TEXT = 4096, /* bytes of the press text and of the label, each */
 };
@@ -50,7 +52,8 @@ typedef struct {
 
     uint32_t version;
     uint64_t model_fingerprint;
-    pkv_cache_type type;
+    pkv_cache_type type_k, type_v;
+    size_t k_row, v_row;    /* bytes of one key row, one value row */
     int n_layers, n_head, n_head_kv, head_dim_k, head_dim_v, n_vocab, n_pos;
     int64_t rows;           /* over all layers and heads */
     uint64_t cache_bytes;   /* keys, values and positions of those rows */
@@ -65,8 +68,8 @@ typedef struct {
 
 /* Maps path and checks it whole: magic, version, length, checksum, then
  * every count against the bytes that remain, positions ascending and below
- * n_pos, keys, values and logits finite, head counts among n_head_kv and
- * n_head. The error names the file and the field. */
+ * n_pos, keys and values finite (the scales of Q8_0/Q4_0 rows), head counts
+ * among n_head_kv and n_head. The error names the file and the field. */
 int pkv_kvfile_open(pkv_kvfile *f, const char *path, pkv_error *err);
 /* The same on bytes the caller keeps alive (tests, fuzzing). */
 int pkv_kvfile_open_memory(pkv_kvfile *f, const void *data, size_t size, const char *name, pkv_error *err);
@@ -76,7 +79,7 @@ void pkv_kvfile_close(pkv_kvfile *f);
 int32_t pkv_kvfile_token(const pkv_kvfile *f, int i);
 void pkv_kvfile_read_logits(const pkv_kvfile *f, float *out);
 
-/* Replaces c's rows with the file's (c has the file's shape and type: the
+/* Replaces c's rows with the file's (c has the file's shape and types: the
  * engine checks that first; the error names a mismatch anyway). */
 int pkv_kvfile_read_cache(const pkv_kvfile *f, pkv_kvcache *c, pkv_error *err);
 

@@ -195,7 +195,8 @@ static int gather_rows(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
         int n = pkv_kvcache_head_rows(c, il, g);
         r->n_rows[g] = n;
         r->pos[g] = pkv_kvcache_head_pos(c, il, g);
-        /* presses read f32 rows: an f32 cache is handed over as it is */
+        /* presses read f32 rows: f32 keys or values are handed over as they
+         * are, f16 and quantised ones are read into a copy (the two types may differ) */
         r->keys[g] = pkv_kvcache_head_k_f32(c, il, g);
         r->values[g] = pkv_kvcache_head_v_f32(c, il, g);
         if (!r->keys[g]) {
@@ -203,12 +204,12 @@ static int gather_rows(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
             if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
             pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
             r->keys[g] = k;
-            if (ops->needs_values) {
-                float *v = pkv_arena_alloc(arena, (size_t)n * pkv_kvcache_head_dim_v(c, il) * sizeof(float) + 4);
-                if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
-                pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
-                r->values[g] = v;
-            }
+        }
+        if (!r->values[g] && ops->needs_values) {
+            float *v = pkv_arena_alloc(arena, (size_t)n * pkv_kvcache_head_dim_v(c, il) * sizeof(float) + 4);
+            if (!v) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d values", il);
+            pkv_kvcache_read_v(c, s->comp.kern, il, g, v);
+            r->values[g] = v;
         }
         if (ops->needs_attn_sum) {
             if (n > probe->acc_rows)

@@ -234,10 +234,11 @@ int pkv_request_estimate(const pkv_model *m, const pkv_request *req, const pkv_r
     pkv_error_clear(err);
     memset(out, 0, sizeof *out);
     const pkv_hparams *hp = &m->hp;
-    int elem_bytes = opts && opts->cache_type == PKV_CACHE_F32 ? 4 : 2;
+    pkv_cache_type type_k = opts ? opts->cache_type_k : PKV_CACHE_F16;
+    pkv_cache_type type_v = opts ? opts->cache_type_v : PKV_CACHE_F16;
     int n_batch = opts && opts->n_batch > 0 ? opts->n_batch : 512;
-    out->row_bytes = pkv_model_kv_bytes_per_token(m, elem_bytes) / ((uint64_t)hp->n_layer * hp->n_head_kv) +
-                     sizeof(int32_t);
+    uint64_t kv_row = pkv_cache_row_bytes(type_k, hp->head_dim_k) + pkv_cache_row_bytes(type_v, hp->head_dim_v);
+    out->row_bytes = kv_row + sizeof(int32_t);
     uint64_t total_rows = (uint64_t)p->prompt.n_tokens + (uint64_t)(req->max_tokens > 0 ? req->max_tokens : 0);
     /* sliding-window layers hold their window, trimmed lazily: at most twice
      * the window plus one prefill chunk */

@@ -25,7 +25,19 @@ int pkv_session_save(const pkv_session *s, const char *path, const char *press, 
     return pkv_kvfile_write(path, &s->cache, &meta, err);
 }
 
-static const char *type_name(pkv_cache_type t) { return t == PKV_CACHE_F32 ? "f32" : "f16"; }
+/* "f16" when keys and values have one type, else "q8_0 keys and f16 values". */
+static const char *types_text(pkv_cache_type k, pkv_cache_type v, char *buf, size_t len) {
+    if (k == v) snprintf(buf, len, "%s", pkv_cache_type_name(k));
+    else snprintf(buf, len, "%s keys and %s values", pkv_cache_type_name(k), pkv_cache_type_name(v));
+    return buf;
+}
+
+/* The flags that would give a session the file's types. */
+static const char *types_flags(pkv_cache_type k, pkv_cache_type v, char *buf, size_t len) {
+    if (k == v) snprintf(buf, len, "--cache-type %s", pkv_cache_type_name(k));
+    else snprintf(buf, len, "--cache-type-k %s --cache-type-v %s", pkv_cache_type_name(k), pkv_cache_type_name(v));
+    return buf;
+}
 
 /* The file against the session: the same model file, shape, cache type, and room in the context. */
 static int check_fits(const pkv_session *s, const pkv_kvfile *f, pkv_error *err) {
@@ -43,9 +55,16 @@ static int check_fits(const pkv_session *s, const pkv_kvfile *f, pkv_error *err)
         return pkv_fail(err, PKV_ERR_ARG,
                         "%s: saved from another model file of the same shape (fingerprint %016llx; %s is %016llx)",
                         f->path, (unsigned long long)f->model_fingerprint, s->model->file.path, (unsigned long long)fp);
-    if (f->type != s->opts.cache_type)
-        return pkv_fail(err, PKV_ERR_ARG, "%s: saved with an %s cache; this session's is %s (--cache-type %s)", f->path,
-                        type_name(f->type), type_name(s->opts.cache_type), type_name(f->type));
+    if (f->type_k != s->opts.cache_type_k || f->type_v != s->opts.cache_type_v) {
+        char saved[48], own[48], flags[64];
+        types_text(f->type_k, f->type_v, saved, sizeof saved);
+        /* "an f16 cache", "a q8_0 cache", "a cache of q8_0 keys and f16 values" */
+        return pkv_fail(err, PKV_ERR_ARG, "%s: saved with %s%s%s; this session's is %s (%s)", f->path,
+                        f->type_k != f->type_v ? "a cache of " : saved[0] == 'f' ? "an " : "a ", saved,
+                        f->type_k != f->type_v ? "" : " cache",
+                        types_text(s->opts.cache_type_k, s->opts.cache_type_v, own, sizeof own),
+                        types_flags(f->type_k, f->type_v, flags, sizeof flags));
+    }
     if (f->n_pos > s->opts.n_ctx)
         return pkv_fail(err, PKV_ERR_LIMIT, "%s: %d tokens, more than the context length %d (set a larger one with -c)",
                         f->path, f->n_pos, s->opts.n_ctx);

@@ -13,7 +13,8 @@
 void pkv_session_opts_default(pkv_session_opts *opts) {
     memset(opts, 0, sizeof *opts);
     opts->n_batch = 512;
-    opts->cache_type = PKV_CACHE_F16;
+    opts->cache_type_k = PKV_CACHE_F16;
+    opts->cache_type_v = PKV_CACHE_F16;
 }
 
 pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, pkv_error *err) {
@@ -32,8 +33,9 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
         pkv_fail(err, PKV_ERR_ARG, "keep_press_window must be >= 0, got %d", opts.keep_press_window);
         return NULL;
     }
-    if (opts.cache_type != PKV_CACHE_F16 && opts.cache_type != PKV_CACHE_F32) {
-        pkv_fail(err, PKV_ERR_ARG, "unknown cache type %d", (int)opts.cache_type);
+    if ((unsigned)opts.cache_type_k >= PKV_CACHE_TYPE_COUNT || (unsigned)opts.cache_type_v >= PKV_CACHE_TYPE_COUNT) {
+        pkv_fail(err, PKV_ERR_ARG, "unknown cache type %d for keys or %d for values", (int)opts.cache_type_k,
+                 (int)opts.cache_type_v);
         return NULL;
     }
     pkv_session *s = calloc(1, sizeof *s);
@@ -67,8 +69,8 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
     pkv_rope_inv_freq(&rope_global, s->work.inv_freq_global);
     pkv_rope_inv_freq(&rope_local, s->work.inv_freq_local);
     for (int il = 0; il < hp->n_layer; il++) windows[il] = pkv_layer_is_full(model, il) ? 0 : hp->sliding_window;
-    int rc = pkv_kvcache_init(&s->cache, opts.cache_type, hp->n_layer, hp->n_head_kv, hp->head_dim_k,
-                              hp->head_dim_v, windows, err);
+    int rc = pkv_kvcache_init(&s->cache, opts.cache_type_k, opts.cache_type_v, hp->n_layer, hp->n_head_kv,
+                              hp->head_dim_k, hp->head_dim_v, windows, err);
     free(windows);
     if (rc) {
         pkv_session_free(s);

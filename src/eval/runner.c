@@ -207,6 +207,8 @@ pkv_eval_runner *pkv_eval_runner_new(pkv_model *model, const pkv_eval_runner_opt
     pkv_session_opts_default(&so);
     so.n_threads = opts->n_threads;
     so.n_ctx = opts->n_ctx;
+    so.cache_type_k = opts->cache_type_k;
+    so.cache_type_v = opts->cache_type_v;
     pkv_session_opts src_opts = so;
     src_opts.keep_press_window = opts->keep_window > 0 ? opts->keep_window : 1;
     src_opts.keep_attn_sums = opts->attn_sums;

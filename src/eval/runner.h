@@ -87,6 +87,8 @@ typedef struct pkv_eval_runner pkv_eval_runner;
 typedef struct {
     int n_threads;
     int n_ctx;                   /* context of the sessions (largest length + decode room) */
+    pkv_cache_type cache_type_k; /* how the sessions' caches store keys and values (0: f16) */
+    pkv_cache_type cache_type_v;
     int keep_window;             /* largest press window among the configs */
     bool attn_sums;              /* some config needs per-row attention sums (h2o) */
     bool query_stats;            /* some config needs pre-RoPE query statistics (expected_attention) */

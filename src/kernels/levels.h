@@ -50,8 +50,8 @@ PKV_VEC_DOT_ROWS_TYPES(X)
     void pkv_exp_f32_##LEVEL(int64_t n, const float *x, float *y);                             \
     void pkv_gelu_tanh_mul_##LEVEL(int64_t n, float *gate, const float *up);                   \
     void pkv_silu_mul_##LEVEL(int64_t n, float *gate, const float *up);                        \
-    void pkv_att_stage_##LEVEL(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, \
-                               float *vt);                                                     \
+    void pkv_att_stage_##LEVEL(const void *k, const void *v, int n, int dk, int dv, pkv_type tk, pkv_type tv, \
+                               float *kt, float *vt);                                          \
     void pkv_att_scores_##LEVEL(int nq, int dk, const float *q, const float *kt, float *s);    \
     void pkv_att_accum_##LEVEL(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 

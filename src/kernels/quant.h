@@ -29,8 +29,9 @@ const pkv_type_info *pkv_type_get(uint32_t type);
  * or the type is unknown. */
 uint64_t pkv_row_bytes(uint32_t type, int64_t n);
 
-/* Reference quantisers used by tests and by tools that write GGUF files
- * (promptkv synth): round-to-nearest like ggml's quantize_row_*_ref. */
+/* Reference quantisers used by tests, by tools that write GGUF files
+ * (promptkv synth) and for Q4_0 KV-cache rows (cache/kvcache.c):
+ * round-to-nearest like ggml's quantize_row_*_ref. */
 void pkv_quantize_row_ref(pkv_type type, const float *src, void *dst, int64_t n);
 
 #endif

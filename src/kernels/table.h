@@ -196,6 +196,18 @@ typedef void (*pkv_gemm_fn)(const pkv_gemm_args *a);
 
 enum { PKV_ATT_BK = 16 }; /* keys per attention block (att_* kernels below) */
 
+/* The row types of the KV cache that att_stage reads: F32, F16 and the
+ * 32-element blocks Q8_0 and Q4_0 (d a multiple of 32 for those). Bytes of
+ * one row of d elements; rows of a head follow each other with no gap. */
+static inline size_t pkv_att_row_bytes(pkv_type t, int d) {
+    switch (t) {
+    case PKV_TYPE_F32: return (size_t)d * 4;
+    case PKV_TYPE_Q8_0: return (size_t)d / QK8_0 * sizeof(block_q8_0);
+    case PKV_TYPE_Q4_0: return (size_t)d / QK4_0 * sizeof(block_q4_0);
+    default: return (size_t)d * 2; /* F16 */
+    }
+}
+
 typedef struct pkv_kernels {
     pkv_simd level;
     /* indexed by type id; NULL where the type has no such kernel */
@@ -225,12 +237,14 @@ typedef struct pkv_kernels {
 
     /* Attention blocks of PKV_ATT_BK keys (attention.c), each output element
      * accumulated in a fixed order:
-     * att_stage: n <= PKV_ATT_BK cache rows of keys (dk) and values (dv),
-     *   elem_bytes 2 (f16) or 4 (f32), into kt[dk][PKV_ATT_BK] (transposed)
-     *   and vt[PKV_ATT_BK][dv] as f32, rows >= n zero;
+     * att_stage: n <= PKV_ATT_BK cache rows of keys (dk, type tk) and
+     *   values (dv, type tv), each F32, F16, Q8_0 or Q4_0 (pkv_att_row_bytes),
+     *   into kt[dk][PKV_ATT_BK] (transposed) and vt[PKV_ATT_BK][dv] as f32,
+     *   each element the value its type's dequantiser gives, rows >= n zero;
      * att_scores: s[i][j] = sum_d q[i][d] kt[d][j] for nq query rows, d in order;
      * att_accum: o[i][e] = o[i][e] alpha[i] + sum_j p[i][j] vt[j][e], j in order. */
-    void (*att_stage)(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt);
+    void (*att_stage)(const void *k, const void *v, int n, int dk, int dv, pkv_type tk, pkv_type tv, float *kt,
+                      float *vt);
     void (*att_scores)(int nq, int dk, const float *q, const float *kt, float *s);
     void (*att_accum)(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
     /* att_block: one staged block that every one of the nq query rows sees

@@ -107,18 +107,46 @@ void pkv_silu_mul_ref(int64_t n, float *gate, const float *up) { silu_rows(n, ga
 
 /* ------------------------------------------------------------------ attention blocks */
 
-void pkv_att_stage_scalar(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt) {
+/* Element d of a cache row of type t, as that type's dequantiser gives it
+ * (quant.c: q * d for Q8_0, (nibble - 8) * d for Q4_0, element j < 16 of a
+ * Q4_0 block in the low nibble of byte j, element j + 16 in its high one). */
+static inline float row_elem(const uint8_t *row, pkv_type t, int d) {
+    uint16_t h;
+    switch (t) {
+    case PKV_TYPE_F32: {
+        float x;
+        memcpy(&x, row + (size_t)d * 4, sizeof x);
+        return x;
+    }
+    case PKV_TYPE_Q8_0: {
+        const uint8_t *b = row + (size_t)(d / QK8_0) * sizeof(block_q8_0);
+        memcpy(&h, b, sizeof h);
+        return (float)(int8_t)b[2 + d % QK8_0] * pkv_f16_to_f32(h);
+    }
+    case PKV_TYPE_Q4_0: {
+        const uint8_t *b = row + (size_t)(d / QK4_0) * sizeof(block_q4_0);
+        const int j = d % QK4_0, q = j < QK4_0 / 2 ? b[2 + j] & 15 : b[2 + j - QK4_0 / 2] >> 4;
+        memcpy(&h, b, sizeof h);
+        return (float)(q - 8) * pkv_f16_to_f32(h);
+    }
+    default:
+        memcpy(&h, row + (size_t)d * 2, sizeof h);
+        return pkv_f16_to_f32(h);
+    }
+}
+
+void pkv_att_stage_scalar(const void *k, const void *v, int n, int dk, int dv, pkv_type tk, pkv_type tv, float *kt,
+                          float *vt) {
+    const size_t kb = pkv_att_row_bytes(tk, dk), vb = pkv_att_row_bytes(tv, dv);
     for (int j = 0; j < PKV_ATT_BK; j++) {
-        for (int d = 0; d < dk; d++) {
-            float x = 0.0f;
-            if (j < n) x = elem_bytes == 2 ? pkv_f16_to_f32(((const uint16_t *)k)[(size_t)j * dk + d]) : ((const float *)k)[(size_t)j * dk + d];
-            kt[d * PKV_ATT_BK + j] = x;
+        if (j >= n) {
+            for (int d = 0; d < dk; d++) kt[d * PKV_ATT_BK + j] = 0.0f;
+            memset(vt + (size_t)j * dv, 0, (size_t)dv * sizeof(float));
+            continue;
         }
-        for (int e = 0; e < dv; e++) {
-            float x = 0.0f;
-            if (j < n) x = elem_bytes == 2 ? pkv_f16_to_f32(((const uint16_t *)v)[(size_t)j * dv + e]) : ((const float *)v)[(size_t)j * dv + e];
-            vt[(size_t)j * dv + e] = x;
-        }
+        const uint8_t *kr = (const uint8_t *)k + (size_t)j * kb, *vr = (const uint8_t *)v + (size_t)j * vb;
+        for (int d = 0; d < dk; d++) kt[d * PKV_ATT_BK + j] = row_elem(kr, tk, d);
+        for (int e = 0; e < dv; e++) vt[(size_t)j * dv + e] = row_elem(vr, tv, e);
     }
 }
 

@@ -122,31 +122,67 @@ void pkv_silu_mul_avx2(int64_t n, float *gate, const float *up) {
 
 /* ------------------------------------------------------------------ attention blocks */
 
-static inline __m256 load8_any(const void *base, size_t idx, int elem_bytes) {
-    return elem_bytes == 2 ? load_f16x8((const uint16_t *)base + idx) : _mm256_loadu_ps((const float *)base + idx);
+/* Elements d0..d0+7 of a cache row of type t as f32: the scalar
+ * reference's row_elem (vec.c), eight lanes at a time (an int8 or a nibble
+ * minus 8, converted exactly, times the block's scale: one rounding). For
+ * Q8_0 and Q4_0, d0 is a multiple of 8, so the eight never cross a block. */
+static inline __m256 load8_row(const uint8_t *row, pkv_type t, int d0) {
+    switch (t) {
+    case PKV_TYPE_F32: return _mm256_loadu_ps((const float *)row + d0);
+    case PKV_TYPE_Q8_0: {
+        const uint8_t *b = row + (size_t)(d0 / QK8_0) * sizeof(block_q8_0);
+        uint16_t h;
+        memcpy(&h, b, sizeof h);
+        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + d0 % QK8_0)));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(half(h)));
+    }
+    case PKV_TYPE_Q4_0: {
+        const uint8_t *b = row + (size_t)(d0 / QK4_0) * sizeof(block_q4_0);
+        const int j = d0 % QK4_0;
+        uint16_t h;
+        memcpy(&h, b, sizeof h);
+        __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + j % (QK4_0 / 2))));
+        q = j < QK4_0 / 2 ? _mm256_and_si256(q, _mm256_set1_epi32(15)) : _mm256_srli_epi32(q, 4);
+        q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(half(h)));
+    }
+    default: return load_f16x8((const uint16_t *)row + d0);
+    }
 }
 
-void pkv_att_stage_avx2(const void *k, const void *v, int n, int dk, int dv, int elem_bytes, float *kt, float *vt) {
-    const int d8 = dk & ~7;
+/* One value row into dst, with the level's dequantisers (bit-exact with
+ * quant.c's, test_quant.c). */
+static inline void stage_value_row(const uint8_t *row, pkv_type t, int dv, float *dst) {
+    switch (t) {
+    case PKV_TYPE_F32: memcpy(dst, row, (size_t)dv * sizeof(float)); break;
+    case PKV_TYPE_Q8_0: pkv_dequant_q8_0_avx2(row, dst, dv); break;
+    case PKV_TYPE_Q4_0: pkv_dequant_q4_0_avx2(row, dst, dv); break;
+    default: pkv_f16_to_f32_avx2((const uint16_t *)row, dst, dv); break;
+    }
+}
+
+void pkv_att_stage_avx2(const void *k, const void *v, int n, int dk, int dv, pkv_type tk, pkv_type tv, float *kt,
+                        float *vt) {
+    const size_t kb = pkv_att_row_bytes(tk, dk), vb = pkv_att_row_bytes(tv, dv);
+    const int d8 = dk & ~7; /* the block types have dk % 32 == 0: no tail */
     for (int j0 = 0; j0 < PKV_ATT_BK; j0 += 8) {
         for (int d0 = 0; d0 < d8; d0 += 8) {
             __m256 r[8];
             for (int i = 0; i < 8; i++)
-                r[i] = j0 + i < n ? load8_any(k, (size_t)(j0 + i) * dk + d0, elem_bytes) : _mm256_setzero_ps();
+                r[i] = j0 + i < n ? load8_row((const uint8_t *)k + (size_t)(j0 + i) * kb, tk, d0) : _mm256_setzero_ps();
             transpose8x8_ps(r);
             for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (d0 + i) * PKV_ATT_BK + j0, r[i]);
         }
     }
     for (int d = d8; d < dk; d++)
         for (int j = 0; j < PKV_ATT_BK; j++)
-            kt[d * PKV_ATT_BK + j] = j < n ? (elem_bytes == 2 ? half(((const uint16_t *)k)[(size_t)j * dk + d])
-                                                                : ((const float *)k)[(size_t)j * dk + d])
+            kt[d * PKV_ATT_BK + j] = j < n ? (tk == PKV_TYPE_F32 ? ((const float *)k)[(size_t)j * dk + d]
+                                                                 : half(((const uint16_t *)k)[(size_t)j * dk + d]))
                                            : 0.0f;
     for (int j = 0; j < PKV_ATT_BK; j++) {
         float *dst = vt + (size_t)j * dv;
         if (j >= n) memset(dst, 0, (size_t)dv * sizeof(float));
-        else if (elem_bytes == 2) pkv_f16_to_f32_avx2((const uint16_t *)v + (size_t)j * dv, dst, dv);
-        else memcpy(dst, (const float *)v + (size_t)j * dv, (size_t)dv * sizeof(float));
+        else stage_value_row((const uint8_t *)v + (size_t)j * vb, tv, dv, dst);
     }
 }
 

@@ -505,14 +505,19 @@ int pkv_model_session_rope(const pkv_model *m, int n_ctx, pkv_rope_params *globa
     return 0;
 }
 
-uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, int elem_bytes) {
-    const pkv_hparams *hp = &model->hp;
-    return (uint64_t)hp->n_layer * hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v) * elem_bytes;
+/* Bytes of one row of every KV head of a layer, keys and values. */
+static uint64_t kv_row_bytes(const pkv_hparams *hp, pkv_cache_type type_k, pkv_cache_type type_v) {
+    uint64_t k = pkv_cache_row_bytes(type_k, hp->head_dim_k), v = pkv_cache_row_bytes(type_v, hp->head_dim_v);
+    return k && v ? (uint64_t)hp->n_head_kv * (k + v) : 0;
 }
 
-uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, int elem_bytes) {
+uint64_t pkv_model_kv_bytes_per_token(const pkv_model *model, pkv_cache_type type_k, pkv_cache_type type_v) {
+    return (uint64_t)model->hp.n_layer * kv_row_bytes(&model->hp, type_k, type_v);
+}
+
+uint64_t pkv_model_kv_bytes_full(const pkv_model *model, int n_tokens, pkv_cache_type type_k, pkv_cache_type type_v) {
     const pkv_hparams *hp = &model->hp;
-    uint64_t per_row = (uint64_t)hp->n_head_kv * (uint64_t)(hp->head_dim_k + hp->head_dim_v) * elem_bytes;
+    uint64_t per_row = kv_row_bytes(hp, type_k, type_v);
     uint64_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         int rows = n_tokens;

@@ -194,7 +194,8 @@ int srv_prepare(const pkv_model *m, const srv_limits *lim, const srv_request *r,
     }
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = lim->elem_bytes == 4 ? PKV_CACHE_F32 : PKV_CACHE_F16;
+    so.cache_type_k = lim->cache_type_k;
+    so.cache_type_v = lim->cache_type_v;
     so.n_batch = lim->n_batch;
     pkv_cache_estimate est;
     pkv_error err;
@@ -220,10 +221,11 @@ const char *const SRV_CONTEXT_PRESS_VALUES[] = {"0.5"};
 /* The most cache bytes a token can add after a stored context: a row in
  * every head of every layer, a layer split per query head counted at the
  * query heads. */
-static uint64_t bytes_per_token_max(const pkv_model *m, int elem_bytes) {
+static uint64_t bytes_per_token_max(const pkv_model *m, const srv_limits *lim) {
     pkv_model_info info;
     pkv_model_get_info(m, &info);
-    uint64_t row = pkv_model_kv_bytes_per_token(m, elem_bytes) / ((uint64_t)info.n_layer * info.n_head_kv) +
+    uint64_t row = pkv_model_kv_bytes_per_token(m, lim->cache_type_k, lim->cache_type_v) /
+                       ((uint64_t)info.n_layer * info.n_head_kv) +
                    sizeof(int32_t);
     return (uint64_t)info.n_layer * info.n_head * row;
 }
@@ -283,7 +285,8 @@ int srv_prepare_context(const pkv_model *m, const srv_limits *lim, const srv_req
     p->req.max_tokens = 0;
     pkv_session_opts so;
     pkv_session_opts_default(&so);
-    so.cache_type = lim->elem_bytes == 4 ? PKV_CACHE_F32 : PKV_CACHE_F16;
+    so.cache_type_k = lim->cache_type_k;
+    so.cache_type_v = lim->cache_type_v;
     so.n_batch = lim->n_batch;
     pkv_cache_estimate est;
     /* the estimate of the prompt pressed whole: the compressed part only */
@@ -354,10 +357,10 @@ int srv_prepare_continuation(const pkv_model *m, const srv_limits *lim, const sr
     p->req.n_stop = r->n_stop;
     p->n_from = n_state;
     uint64_t after = (uint64_t)(p->prompt.prompt.n_tokens - n_state) + (uint64_t)p->req.max_tokens;
-    p->cache_bytes_max = state_bytes + after * bytes_per_token_max(m, lim->elem_bytes);
+    p->cache_bytes_max = state_bytes + after * bytes_per_token_max(m, lim);
     pkv_model_info info;
     pkv_model_get_info(m, &info);
-    p->row_bytes = bytes_per_token_max(m, lim->elem_bytes) / ((uint64_t)info.n_layer * info.n_head);
+    p->row_bytes = bytes_per_token_max(m, lim) / ((uint64_t)info.n_layer * info.n_head);
     return 0;
 }
 
@@ -377,6 +380,6 @@ int srv_prepared_reuse(const pkv_model *m, const srv_limits *lim, srv_prepared *
     p->n_from = n_state;
     snprintf(p->press_desc, sizeof p->press_desc, "%s", press_desc);
     uint64_t after = (uint64_t)(p->prompt.prompt.n_tokens - n_state) + (uint64_t)p->req.max_tokens;
-    p->cache_bytes_max = state_bytes + after * bytes_per_token_max(m, lim->elem_bytes);
+    p->cache_bytes_max = state_bytes + after * bytes_per_token_max(m, lim);
     return 0;
 }

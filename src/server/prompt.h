@@ -22,7 +22,8 @@ typedef struct {
     int n_ctx;                   /* tokens of context per slot (prompt + completion) */
     int max_tokens;              /* the most a request may ask to generate */
     int default_max_tokens;      /* completions without max_tokens (chat: up to the context) */
-    int elem_bytes;              /* 2 (f16 cache) or 4 (f32) */
+    pkv_cache_type cache_type_k; /* how the slots' caches store keys and values */
+    pkv_cache_type cache_type_v;
     int n_batch;                 /* prefill chunk of the slots' sessions */
     srv_press_default press;
 } srv_limits;

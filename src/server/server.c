@@ -557,7 +557,8 @@ static void setup_limits(server *srv) {
         .n_ctx = o->n_ctx,
         .max_tokens = o->max_tokens,
         .default_max_tokens = o->default_max_tokens,
-        .elem_bytes = o->cache_type == PKV_CACHE_F32 ? 4 : 2,
+        .cache_type_k = o->cache_type_k,
+        .cache_type_v = o->cache_type_v,
         .n_batch = o->n_batch > 0 ? o->n_batch : 512,
         .press = {o->press, o->press_keys, o->press_values, o->n_press_opts, o->protect_system},
     };
@@ -577,7 +578,8 @@ static int start_slots(server *srv, pkv_error *err) {
     pkv_session_opts_default(&so.session);
     so.session.n_ctx = o->n_ctx;
     so.session.n_batch = o->n_batch;
-    so.session.cache_type = o->cache_type;
+    so.session.cache_type_k = o->cache_type_k;
+    so.session.cache_type_v = o->cache_type_v;
     return srv_sched_start(&srv->sc, srv->model, &so, err);
 }
 

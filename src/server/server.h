@@ -19,7 +19,8 @@ typedef struct pkv_server_opts {
     int threads_per_slot;      /* <= 0: the CPUs shared out among the slots */
     int n_ctx;                 /* context per slot (prompt + completion) */
     int n_batch;               /* prefill chunk */
-    pkv_cache_type cache_type;
+    pkv_cache_type cache_type_k; /* how the cache stores keys and values */
+    pkv_cache_type cache_type_v;
     uint64_t kv_mem;           /* KV-cache bytes all running requests may reserve */
     int queue_cap;             /* requests that may wait for a slot */
     double queue_timeout;      /* seconds one may wait */
