@@ -12,7 +12,7 @@
  * to back as a decode step's jobs follow each other; a job's time less the
  * item's is what one fork and join cost (best of 5 runs). With a
  * model: STEPS decode steps after a PROMPT-token prefill of random ids (as
- * promptkv bench), and the PROMPT-token prefill itself, the pool's joins
+ * promptkv bench), and the PROMPT-token prefill itself (after an untimed one), the pool's joins
  * counted over each (pkv_pool_joins), so that joins x latency is the
  * synchronisation share of the step.
  */
@@ -74,6 +74,10 @@ static int run_model(pkv_model *m, int n_threads, int n_prompt, int n_steps, mod
     const int n_vocab = info.n_vocab;
     for (int i = 0; i < n_prompt + n_steps; i++) tok[i] = (int32_t)(pkv_splitmix64(&rng) % (uint64_t)n_vocab);
     int rc = -1;
+    /* an untimed prefill first: the weights' pages are faulted in and the
+     * work buffers sized, as a warmup run does in promptkv bench */
+    if (pkv_prefill(s, tok, n_prompt, NULL, NULL, err)) goto done;
+    pkv_session_reset(s);
     uint64_t j0 = pkv_pool_joins(s->pool);
     double t0 = pkv_now_seconds();
     if (pkv_prefill(s, tok, n_prompt, NULL, NULL, err)) goto done;

@@ -49,6 +49,12 @@ run() {
             --press none,snapkv,streamingllm,h2o,tova,knorm,random,snapkv+pyramid=snapkv:layer_budget=pyramid,snapkv+adaptive=snapkv:head_budget=adaptive,protokv \
             --budgets none --ratios 0.25,0.5,0.75,0.875 --window 64 --kernel 5 --pool avg \
             --mode query_agnostic,query_aware -o out/$name "$@" ;;
+    kv-q8) # SnapKV at ratio 0.5 with Q8_0 cache rows, on the main table's prompts (its f16 lines are the reference)
+        "$bin" eval -m $q05 \
+            --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_2,niah_multivalue,niah_multiquery,vt,cwe,fwe,longeval_lines \
+            --lengths 4096 --samples 10 --press snapkv_q8_0=snapkv \
+            --budgets none --ratios 0.5 --window 64 --kernel 5 --pool avg --cache-type q8_0 \
+            --mode query_aware -o out/$name "$@" ;;
     query-agnostic) # the presses that need no question against query-agnostic SnapKV at 4K (docs/presses.md Part E)
         "$bin" eval -m $q05 \
             --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_2,niah_multivalue,niah_multiquery,longeval_lines \
