@@ -1,0 +1,115 @@
+/*
+ * bench-dot: one quantised dot-product kernel on one thread, over a weight
+ * matrix of M rows of K elements (docs/performance.md "Where a target is
+ * missed", docs/server.md "Measured: concurrent streams").
+ *
+ *   build/bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar]
+ *
+ * TYPE is a weight type name (q4_0, q5_0, q8_0, q4_K, q6_K, ...). The weights
+ * are random bytes with every block scale set to 1/64 (finite values whatever
+ * the bytes); R activation rows (default 1) are random floats quantised to the
+ * type's activation type. With R = 1 every weight row goes through vec_dot;
+ * with R > 1 through vec_dot_rows where the level has it (one unpacking of a
+ * block for all rows), else vec_dot row by row, as the batched decode step
+ * does. Prints the best of N passes over the matrix: ms, weight bytes read
+ * per second, and ns per 32-element block and activation row. A matrix far
+ * larger than the last-level cache (e.g. 896 x 151936) measures streaming
+ * from memory, a small one the arithmetic alone.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/clock.h"
+#include "base/prng.h"
+#include "kernels/f16.h"
+#include "kernels/quant.h"
+#include "kernels/table.h"
+
+static int usage(void) {
+    fprintf(stderr, "usage: bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar]\n");
+    return 2;
+}
+
+/* The fp16 scale fields of every block set to 1/64: ggml blocks keep d first
+ * (legacy types), or d (and dmin) at the end (K-quants). */
+static void sane_scales(uint32_t type, uint8_t *w, uint64_t bytes) {
+    const pkv_type_info *ti = pkv_type_get(type);
+    const uint16_t h = pkv_f32_to_f16(1.0f / 64.0f);
+    for (uint64_t b = 0; b + ti->block_bytes <= bytes; b += ti->block_bytes) {
+        uint8_t *blk = w + b;
+        if (ti->block_elems == 32) memcpy(blk, &h, 2);
+        else if (type == PKV_TYPE_Q6_K) memcpy(blk + ti->block_bytes - 2, &h, 2);
+        else {
+            memcpy(blk, &h, 2);
+            memcpy(blk + 2, &h, 2);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) return usage();
+    int rows = 1, reps = 5;
+    pkv_simd level = PKV_SIMD_AUTO;
+    for (int i = 4; i < argc; i += 2) {
+        if (i + 1 >= argc) return usage();
+        if (!strcmp(argv[i], "--rows")) rows = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--simd")) {
+            const char *v = argv[i + 1];
+            level = !strcmp(v, "avx512") ? PKV_SIMD_AVX512 : !strcmp(v, "avx2") ? PKV_SIMD_AVX2 : PKV_SIMD_SCALAR;
+        } else return usage();
+    }
+    uint32_t type = PKV_TYPE_COUNT;
+    for (uint32_t t = 0; t < PKV_TYPE_COUNT; t++) {
+        const pkv_type_info *ti = pkv_type_get(t);
+        if (ti && ti->name && !strcasecmp(ti->name, argv[1])) type = t;
+    }
+    const int64_t K = atoll(argv[2]), M = atoll(argv[3]);
+    const pkv_kernels *k = pkv_kernels_get(level);
+    if (type == PKV_TYPE_COUNT || !k->vec_dot[type]) {
+        fprintf(stderr, "bench-dot: no dot product for type '%s' at %s\n", argv[1], pkv_simd_name(k->level));
+        return 2;
+    }
+    const pkv_type_info *ti = pkv_type_get(type);
+    if (K <= 0 || M <= 0 || K % ti->block_elems || rows < 1 || rows > 64 || reps < 1) {
+        fprintf(stderr, "bench-dot: K a positive multiple of %d, M > 0, rows in 1..64, reps >= 1\n", ti->block_elems);
+        return 2;
+    }
+    const uint32_t at = ti->act_type;
+    const uint64_t rb = pkv_row_bytes(type, K), ab = pkv_row_bytes(at, K);
+    uint8_t *w = malloc(rb * (uint64_t)M), *a = malloc(ab * (uint64_t)rows);
+    float *x = malloc((size_t)K * sizeof *x), *y = malloc((size_t)M * rows * sizeof *y);
+    if (!w || !a || !x || !y) {
+        fprintf(stderr, "bench-dot: out of memory for %lld x %lld\n", (long long)M, (long long)K);
+        return 1;
+    }
+    uint64_t rng = 1;
+    for (uint64_t i = 0; i < rb * (uint64_t)M; i++) w[i] = (uint8_t)pkv_splitmix64(&rng);
+    sane_scales(type, w, rb * (uint64_t)M);
+    for (int r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < K; i++) x[i] = (float)((int)(pkv_splitmix64(&rng) % 2001) - 1000) / 500.0f;
+        k->quantize[at](x, a + (uint64_t)r * ab, K);
+    }
+    pkv_vec_dot_rows_fn dot_rows = rows > 1 ? k->vec_dot_rows[type] : NULL;
+    double best = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        const double t0 = pkv_now_seconds();
+        for (int64_t m = 0; m < M; m++) {
+            const uint8_t *row = w + (uint64_t)m * rb;
+            if (dot_rows) dot_rows(K, row, a, ab, rows, y + m, M);
+            else
+                for (int r = 0; r < rows; r++) y[(int64_t)r * M + m] = k->vec_dot[type](K, row, a + (uint64_t)r * ab);
+        }
+        const double t = pkv_now_seconds() - t0;
+        if (t < best) best = t;
+    }
+    const double blocks = (double)M * (double)K / 32.0 * rows;
+    printf("%s %s, %lld x %lld, %d activation row%s (%s): %.3f ms, %.2f GB/s of weights, %.3f ns per 32-element "
+           "block and row\n",
+           ti->name, pkv_simd_name(k->level), (long long)M, (long long)K, rows, rows > 1 ? "s" : "",
+           dot_rows ? "vec_dot_rows" : "vec_dot", best * 1e3, (double)rb * M / best / 1e9, best * 1e9 / blocks);
+    free(w), free(a), free(x), free(y);
+    return 0;
+}
