@@ -94,7 +94,8 @@ static void check_textout(const char *const *stop, int n_stop, const char *bytes
     REQUIRE(s != NULL);
     json_decref(s);
     srv_resp_meta meta = {SRV_CHAT, "chatcmpl-fuzz", 0, "fuzz"};
-    srv_usage usage = {1, 2, 3, 4, 5, 6, "none"};
+    srv_usage usage = {.prompt_tokens = 1, .completion_tokens = 2, .kv_rows = 3, .kv_rows_full = 4,
+                       .kv_bytes = 5, .kv_bytes_full = 6, .press = "none"};
     require_json(srv_response_body(&meta, t.text ? t.text : "", t.len, "stop", &usage), false);
     require_json(srv_chunk_event(&meta, t.text ? t.text : "", t.len, true, NULL, true), true);
     meta.endpoint = SRV_COMPLETION;
