@@ -13,32 +13,15 @@
 
 #include "press_fixtures.h"
 #include "promptkv.h"
+#include "model_ref.h"
 #include "test.h"
 
 /* ------------------------------------------------------------------ golden fixtures */
 
-/* tests/fixtures/models/<name>.ref: "PKVREF1\0", n_vocab, n_prompt, n_decode,
- * the tokens (prompt, then the decode steps), then logits we do not need. */
-typedef struct {
-    int n_vocab, n_prompt, n_decode;
-    int32_t tokens[1024];
-} ref_tokens;
-
-static bool load_ref_tokens(const char *name, ref_tokens *r) {
+static bool load_ref_tokens(const char *name, ref_data *r) {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/models/%s.ref", name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[8];
-    int32_t hdr[3];
-    bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, "PKVREF1", 8) && fread(hdr, 4, 3, f) == 3;
-    if (ok) {
-        r->n_vocab = hdr[0], r->n_prompt = hdr[1], r->n_decode = hdr[2];
-        size_t nt = (size_t)(r->n_prompt + r->n_decode);
-        ok = nt <= sizeof r->tokens / sizeof *r->tokens && fread(r->tokens, 4, nt, f) == nt;
-    }
-    fclose(f);
-    return ok;
+    return ref_load(path, false, r);
 }
 
 static pkv_session *session_of(pkv_model *m, pkv_cache_type tk, pkv_cache_type tv, int n_ctx) {
@@ -94,7 +77,7 @@ static float lead_of(const float *a, int nv) {
     return a[t] - second;
 }
 
-static bool run_fixture(pkv_model *m, const ref_tokens *r, pkv_cache_type tk, pkv_cache_type tv, float *rows,
+static bool run_fixture(pkv_model *m, const ref_data *r, pkv_cache_type tk, pkv_cache_type tv, float *rows,
                         int32_t *greedy, float *lead, int n_greedy) {
     const int nv = r->n_vocab;
     pkv_error err;
@@ -120,13 +103,14 @@ static bool run_fixture(pkv_model *m, const ref_tokens *r, pkv_cache_type tk, pk
 
 static bool measure(const char *name, pkv_cache_type tk, pkv_cache_type tv, type_effect *e) {
     memset(e, 0, sizeof *e);
-    ref_tokens r;
+    ref_data r = {0};
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/models/%s.gguf", name);
     pkv_error err;
     pkv_model *m = pkv_model_load(path, NULL, &err);
     if (!m || !load_ref_tokens(name, &r)) {
         test_fail(__FILE__, __LINE__, "%s: %s", name, m ? "cannot read its .ref" : err.msg);
+        ref_free(&r);
         pkv_model_free(m);
         return false;
     }
@@ -152,6 +136,7 @@ static bool measure(const char *name, pkv_cache_type tk, pkv_cache_type tv, type
     e->n_greedy = N_GREEDY;
     while (ok && e->greedy_same < N_GREEDY && g_base[e->greedy_same] == g_got[e->greedy_same]) e->greedy_same++;
     free(base), free(got);
+    ref_free(&r);
     pkv_model_free(m);
     return ok;
 }

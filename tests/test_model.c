@@ -10,39 +10,8 @@
 
 #include "engine/state.h"
 #include "model/model.h"
+#include "model_ref.h"
 #include "test.h"
-
-typedef struct {
-    int n_vocab, n_prompt, n_decode;
-    int32_t *tokens;
-    float *logits; /* (n_prompt + n_decode) rows */
-} ref_data;
-
-static bool ref_load(const char *path, ref_data *r) {
-    memset(r, 0, sizeof *r);
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[8];
-    int32_t hdr[3];
-    bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, "PKVREF1", 8) && fread(hdr, 4, 3, f) == 3;
-    if (ok) {
-        r->n_vocab = hdr[0];
-        r->n_prompt = hdr[1];
-        r->n_decode = hdr[2];
-        size_t nt = (size_t)(r->n_prompt + r->n_decode);
-        r->tokens = malloc(nt * sizeof *r->tokens);
-        r->logits = malloc(nt * (size_t)r->n_vocab * sizeof *r->logits);
-        ok = r->tokens && r->logits && fread(r->tokens, 4, nt, f) == nt &&
-             fread(r->logits, 4, nt * (size_t)r->n_vocab, f) == nt * (size_t)r->n_vocab;
-    }
-    fclose(f);
-    return ok;
-}
-
-static void ref_free(ref_data *r) {
-    free(r->tokens);
-    free(r->logits);
-}
 
 typedef struct {
     const ref_data *ref;
@@ -92,7 +61,7 @@ static bool run_fixture_ref(const char *name, const char *ref_suffix, const run_
     char gguf_path[256], ref_path[256];
     snprintf(gguf_path, sizeof gguf_path, "tests/fixtures/models/%s.gguf", name);
     snprintf(ref_path, sizeof ref_path, "tests/fixtures/models/%s%s.ref", name, ref_suffix);
-    if (!ref_load(ref_path, ref)) {
+    if (!ref_load(ref_path, true, ref)) {
         test_fail(__FILE__, __LINE__, "cannot read %s", ref_path);
         return false;
     }
@@ -251,7 +220,7 @@ TEST(model_threads_and_simd_agree) {
  * computed by one thread in a fixed order. */
 TEST(model_threads_bit_identical) {
     ref_data ref;
-    if (!ref_load("tests/fixtures/models/tiny-gemma3-q8_0.ref", &ref)) {
+    if (!ref_load("tests/fixtures/models/tiny-gemma3-q8_0.ref", true, &ref)) {
         test_fail(__FILE__, __LINE__, "cannot read ref");
         return;
     }
@@ -279,7 +248,7 @@ TEST(model_threads_bit_identical) {
 /* The KV cache in f16 (the default) stays close to the f32 reference. */
 TEST(model_f16_cache_close) {
     ref_data ref;
-    REQUIRE(ref_load("tests/fixtures/models/tiny-llama-f32.ref", &ref));
+    REQUIRE(ref_load("tests/fixtures/models/tiny-llama-f32.ref", true, &ref));
     pkv_error err;
     pkv_model *m = pkv_model_load("tests/fixtures/models/tiny-llama-f32.gguf", NULL, &err);
     REQUIRE_MSG(m, "%s", err.msg);
