@@ -8,6 +8,7 @@
 #                            llama.cpp's OpenMP threads passive (OMP_WAIT_POLICY=passive)
 #   qwen05-vs-llamacpp       the same on Qwen2.5-Coder-0.5B-Instruct Q4_K_M
 #   qwen05-prefill-fa        Qwen 0.5B: pp4096 and pp16384 against llama-bench -fa on, one round
+#   qwen05-prefill-fa-32k    the same at pp32768 (about half an hour; only when named)
 #   threads                  build/bench-threads on Qwen 0.5B and the 1B shape: fork-join latency,
 #                            joins per decode step and prefill, 1 against THREADS threads
 #   gemma-vs-llamacpp-spin   the same with OpenMP's default spin-waiting
@@ -104,6 +105,10 @@ step_qwen05-vs-llamacpp() { need_q05; vs_llamacpp qwen05-vs-llamacpp "$Q05" pass
 step_qwen05-prefill-fa() {
     need_q05
     vs_llamacpp qwen05-prefill-fa "$Q05" passive PP=4096,16384 TG=0 REPS=1 ROUNDS=1 LLAMA_ARGS="-fa on"
+}
+step_qwen05-prefill-fa-32k() {
+    need_q05
+    vs_llamacpp qwen05-prefill-fa-32k "$Q05" passive PP=32768 TG=0 REPS=1 ROUNDS=1 LLAMA_ARGS="-fa on"
 }
 step_gemma-vs-llamacpp-spin() { need_gemma; vs_llamacpp gemma-vs-llamacpp-spin "$GEMMA" default; }
 step_llama1b-vs-llamacpp() { need_1b; vs_llamacpp llama1b-vs-llamacpp "$L1B" passive; }
