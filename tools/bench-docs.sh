@@ -25,6 +25,7 @@
 #                            against one by one, full cache and snapkv (budget 128), 512-token prompts
 #   qwen05-serve             the server: promptkv batched, --no-batch and llama-server -np N (LLAMA_SERVER;
 #                            only promptkv without it), 1/2/4/8 streams and a 4K-token arrival
+#   llama1b-serve            the same on the 1B shape, without the arrival
 #
 # Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it), LLAMA_SERVER
 # and LLAMA_SERVER_ARGS (more llama-server flags, e.g. --no-repack),
@@ -199,9 +200,16 @@ step_qwen05-serve() {
         --json "$OUT/qwen05-serve.json"
 }
 
+step_llama1b-serve() {
+    need_1b
+    run llama1b-serve python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$L1B" --threads "$THREADS" \
+        --streams 1,2,4,8 --tokens 64 --prompt-tokens 256 ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} \
+        ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} --json "$OUT/llama1b-serve.json"
+}
+
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
      llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem gemma-roofline qwen05-roofline llama1b-roofline qwen05-prefill-fa
-     threads qwen05-streams llama1b-streams qwen05-serve)
+     threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do
