@@ -94,6 +94,12 @@ for f in accuracy_query_agnostic.svg accuracy_query_aware.svg heatmap_niah_class
 done
 ok svg_files
 check run_manifest grep -q '"model":"tiny-gemma3-f32"' "$out/run.json"
+# tools/eval-compare.py over the lines: all of them, a range of samples (the run has sample 0 only), a bad range
+compare() { python3 tools/eval-compare.py "$out/results.jsonl" --cost "$@" 2>&1; }
+check compare_cost grep -q '^result lines 230,' <(compare)
+check compare_samples grep -q '^result lines 230,' <(compare --samples 0-0)
+check compare_samples_none grep -q 'no result lines' <(compare --samples 1-3)
+check compare_samples_bad grep -q "wants A-B (sample indices), got '1-x'" <(compare --samples 1-x)
 # a second run into the same directory must not clobber it
 "$bin" eval -m "$model" --tasks vt -o "$out" > /dev/null 2> "$tmp/err"
 code=$?

@@ -2,7 +2,7 @@
 """Press variants side by side from promptkv eval result lines, with 95% intervals (standard library only).
 
 usage: tools/eval-compare.py RESULTS.jsonl[.gz] [RESULTS.jsonl[.gz] ...] [--ref PRESS] [--mode MODE] [--tasks LIST]
-                             [--by budget|task|length] [--markdown | --pivot | --cost | --grid] [--seed N]
+                             [--samples A-B] [--by budget|task|length] [--markdown | --pivot | --cost | --grid] [--seed N]
 
 For every press (the eval's label: a press name or LABEL of LABEL=PRESS:...) and budget or ratio, over the
 prompts of the files (joined on task, length, sample, depth and mode):
@@ -14,6 +14,8 @@ prompts of the files (joined on task, length, sample, depth and mode):
   dNLL      mean increase of the gold answer's negative log-likelihood per token over the full cache
   n         prompts
 
+--samples A-B keeps the prompts of samples A to B (indices as in the result lines): the cost of the lines one
+machine state wrote, for instance.
 --by task|length splits every row by task or length as well.
 --grid prints the needle grid instead: per mode, press and size, a table of mean score by depth (rows) and
 length (columns), over the samples of each cell.
@@ -125,6 +127,7 @@ def main():
     ap.add_argument("--ref", default="snapkv")
     ap.add_argument("--mode")
     ap.add_argument("--tasks")
+    ap.add_argument("--samples", help="A-B: only samples A..B (inclusive)")
     ap.add_argument("--by", choices=["budget", "task", "length"], default="budget")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--cost", action="store_true",
@@ -141,6 +144,13 @@ def main():
     if a.tasks:
         keep = set(a.tasks.split(","))
         rows = [r for r in rows if r["task"] in keep]
+    if a.samples:
+        lo, sep, hi = a.samples.partition("-")
+        try:
+            lo, hi = int(lo), int(hi if sep else lo)
+        except ValueError:
+            sys.exit("eval-compare: --samples wants A-B (sample indices), got '%s'" % a.samples)
+        rows = [r for r in rows if lo <= r["sample"] <= hi]
     if not rows:
         sys.exit("eval-compare: no result lines")
     if a.cost:
