@@ -202,8 +202,10 @@ step_qwen05-serve() {
 
 step_llama1b-serve() {
     need_1b
+    # the synthetic model's vocabulary makes about 1.4 tokens of a character: 256 characters of text are
+    # about 350 tokens, and each slot gets 1024
     run llama1b-serve python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$L1B" --threads "$THREADS" \
-        --streams 1,2,4,8 --tokens 64 --prompt-tokens 256 ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} \
+        --streams 1,2,4,8 --tokens 64 --prompt-tokens 64 --ctx 1024 ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} \
         ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} --json "$OUT/llama1b-serve.json"
 }
 

@@ -44,6 +44,9 @@ def parse_args():
     ap.add_argument("--arrival", action="store_true", help="also the long-prompt arrival test")
     ap.add_argument("--arrival-tokens", type=int, default=4096)
     ap.add_argument("--text", default="tests/data/english.txt")
+    ap.add_argument("--ctx", type=int, default=0,
+                    help="context per slot (default: twice the prompt tokens plus the completion and a margin, "
+                         "which fits real tokenizers; a synthetic model's byte-like one needs more)")
     ap.add_argument("--port", type=int, default=18431, help="first port tried")
     ap.add_argument("--skip-no-batch", action="store_true")
     ap.add_argument("--json", help="write the results here too")
@@ -174,8 +177,8 @@ def main():
     text = open(a.text, encoding="utf-8").read()
     counts = [int(x) for x in a.streams.split(",")]
     n_slots = max(counts + ([4] if a.arrival else []))
-    ctx = max(a.prompt_tokens * 2 + a.tokens + 64, (a.arrival_tokens + 64) if a.arrival else 0,
-              (a.prompt_tokens * 2 + ARRIVAL_STREAM_TOKENS + 64) if a.arrival else 0, 512)
+    ctx = a.ctx or max(a.prompt_tokens * 2 + a.tokens + 64, (a.arrival_tokens + 64) if a.arrival else 0,
+                       (a.prompt_tokens * 2 + ARRIVAL_STREAM_TOKENS + 64) if a.arrival else 0, 512)
     kinds = ["promptkv"] + ([] if a.skip_no_batch else ["promptkv --no-batch"]) + \
             (["llama-server"] if a.llama_server else [])
     results = {}
