@@ -11,29 +11,19 @@ compares what a run-wide setting changes (the cache type, the model file) where 
 compares presses within runs.
 """
 import argparse
-import gzip
-import json
+import importlib.util
+import os
 import random
+
+# the result-line reader, the prompt key and the bootstrap are eval-compare.py's
+_spec = importlib.util.spec_from_file_location("eval_compare", os.path.join(os.path.dirname(__file__), "eval-compare.py"))
+compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare)
 
 
 def load(path, config, mode):
-    opener = gzip.open if path.endswith(".gz") else open
-    rows = {}
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            d = json.loads(line)
-            if d.get("config") != config or (mode and d.get("mode") != mode):
-                continue
-            rows[(d["task"], d["length"], d["sample"], d.get("depth"), d["mode"])] = d["score"]
-    return rows
-
-
-def interval(xs, rng, draws=2000):
-    means = sorted(sum(rng.choice(xs) for _ in xs) / len(xs) for _ in range(draws))
-    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+    return {compare.prompt_key(d): d["score"] for d in compare.load([path])
+            if d.get("config") == config and (not mode or d.get("mode") == mode)}
 
 
 def main():
@@ -52,7 +42,7 @@ def main():
         raise SystemExit("eval-pair: no prompt scored by both (check the configs and --mode)")
     rng = random.Random(args.seed)
     diff = [a[k] - b[k] for k in keys]
-    lo, hi = interval(diff, rng)
+    lo, hi = compare.bootstrap(diff, rng)
     n = len(keys)
     print(f"paired prompts: {n}")
     print(f"A {args.config_a}: {sum(a[k] for k in keys) / n:.1f}   B {args.config_b}: {sum(b[k] for k in keys) / n:.1f}")
@@ -60,7 +50,7 @@ def main():
           f"A higher {sum(d > 0 for d in diff)}, A lower {sum(d < 0 for d in diff)}")
     for name, rows in (("A", a), ("B", b)):
         xs = list(rows.values())
-        lo, hi = interval(xs, rng)
+        lo, hi = compare.bootstrap(xs, rng)
         print(f"{name} over its own {len(xs)} prompts: {sum(xs) / len(xs):.1f} [{lo:.1f}, {hi:.1f}]")
 
 
