@@ -37,6 +37,7 @@ static const char BENCH_USAGE[] =
     "                       (q8_0/q4_0: ggml blocks of 32, for head sizes divisible by 32)\n"
     "      --cache-type-k T, --cache-type-v T\n"
     "                       the same for keys or for values alone (-ctk, -ctv)\n"
+    "      --residual-f16   prefills keep the residual stream at 16 bits between layers\n"
     "      --seed S         seed of the random tokens\n"
     "      --simd S         auto (default), scalar, avx2, avx512\n"
     "  -o md|csv            output format (default md)\n"
@@ -162,6 +163,7 @@ static const cli_flag BENCH_FLAGS[] = {
     {"--csv", NULL, CLI_TEXT, offsetof(bench_args, csv_path), 0, 0, NULL},
     {"--membw-size", NULL, CLI_SIZE, offsetof(bench_args, membw_size), 0, 0, NULL},
     {"--mem", NULL, CLI_SIZE, offsetof(bench_args, mem_cap), 0, 0, NULL},
+    {"--residual-f16", NULL, CLI_TRUE, offsetof(bench_args, o.residual_f16), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -310,6 +310,11 @@ typedef struct {
     pkv_cache_type cache_type_k; /* how the cache stores keys (default f16) */
     pkv_cache_type cache_type_v; /* and values */
     uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
+    /* Keep a prefill's residual stream at 16 bits between layers (each
+     * token's row scaled by a power of two into f16's range): half the
+     * activations a long prefill holds, for f16's rounding once per layer
+     * (docs/compression.md). false: f32, the reference. */
+    bool residual_f16;
     /* One prefill, many presses (docs/evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of
      * each prefill (and per-row attention sums for h2o), so pkv_session_copy

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/prng.h"
+#include "engine/residual.h"
 #include "engine/state.h"
 #include "model/model.h"
 #include "model_ref.h"
@@ -52,6 +54,7 @@ typedef struct {
     pkv_simd simd;
     bool exact_matmul;   /* dequantise weight rows and dot in f32 (no activation quantisation) */
     double decisive_gap; /* top-1 compared only where the reference leads by this much */
+    bool residual_f16;   /* pkv_session_opts.residual_f16 */
 } run_cfg;
 
 /* Runs the fixture's prompt (all logits) and decode steps; fills acc. The
@@ -89,6 +92,7 @@ static bool run_fixture_ref(const char *name, const char *ref_suffix, const run_
     so.n_threads = cfg->n_threads;
     so.n_batch = cfg->n_batch;
     so.n_ctx = cfg->n_ctx;
+    so.residual_f16 = cfg->residual_f16;
     pkv_session *s = pkv_session_new(m, &so, &err);
     if (!s) {
         test_fail(__FILE__, __LINE__, "%s", err.msg);
@@ -260,6 +264,71 @@ TEST(model_f16_cache_close) {
     pkv_session_free(s);
     pkv_model_free(m);
     ref_free(&ref);
+}
+
+/* The residual stream at 16 bits: every row comes back within f16's relative
+ * precision (2^-11) whatever its range, with the smallest power-of-two scale
+ * that fits it; inf and NaN stay what they were. */
+TEST(residual_pack_row_range_and_precision) {
+    pkv_rng rng;
+    pkv_rng_seed(&rng, 7);
+    enum { D = 96 };
+    const pkv_simd levels[] = {PKV_SIMD_SCALAR, PKV_SIMD_AUTO};
+    const float mags[] = {1e-3f, 1.0f, 300.0f, 32767.0f, 32768.0f, 65504.0f, 7e4f, 3e6f, 1e9f};
+    for (int li = 0; li < 2; li++) {
+        const pkv_kernels *k = pkv_kernels_get(levels[li]);
+        for (size_t mi = 0; mi < sizeof mags / sizeof *mags; mi++) {
+            float x[D], row[D], y[D];
+            uint16_t packed[D];
+            for (int i = 0; i < D; i++) x[i] = ((float)pkv_rng_uniform(&rng) * 2.0f - 1.0f) * mags[mi];
+            x[5] = mags[mi]; /* the row's largest value, exactly */
+            memcpy(row, x, sizeof row);
+            int e = pkv_residual_pack_row(k, row, D, packed);
+            pkv_residual_unpack_row(k, packed, e, D, y);
+            CHECK_MSG(ldexpf(mags[mi], -e) < 32768.0f && (e == 0 || ldexpf(mags[mi], 1 - e) >= 32768.0f),
+                      "max %g: exponent %d is not the smallest that fits", mags[mi], e);
+            for (int i = 0; i < D; i++) {
+                /* below f16's normal range the step is 2^-24, scaled like the row */
+                double tol = fabs(x[i]) * 0x1p-11 + ldexp(1.0, e - 24);
+                CHECK_MSG(fabs(y[i] - x[i]) <= tol, "max %g, value %d: %.9g came back as %.9g", mags[mi], i, x[i],
+                          y[i]);
+            }
+        }
+        float inf_row[4] = {1.0f, INFINITY, -2.0f, NAN}, back[4];
+        uint16_t p4[4];
+        int e = pkv_residual_pack_row(k, inf_row, 4, p4);
+        pkv_residual_unpack_row(k, p4, e, 4, back);
+        CHECK(e == 0 && back[0] == 1.0f && isinf(back[1]) && back[2] == -2.0f && isnan(back[3]));
+    }
+}
+
+/* A prefill that keeps its residual stream at 16 bits stays close to the
+ * reference on every architecture (chunks of 7 tokens: the packed path), and a
+ * call of one chunk is untouched by the option (bit-identical logits). */
+TEST(model_residual_f16_close) {
+    for (size_t i = 0; i < sizeof FLOAT_FIXTURES / sizeof *FLOAT_FIXTURES; i++) {
+        run_cfg packed = {.n_threads = 2, .n_batch = 7, .residual_f16 = true};
+        ref_data ref = {0};
+        cmp_acc acc;
+        if (run_fixture_ref(FLOAT_FIXTURES[i], "", &packed, &acc, &ref)) {
+            CHECK_MSG(acc.max_abs < 2e-2 && acc.max_abs > 1e-6, "%s: f16 residual max |dlogit| %.3g",
+                      FLOAT_FIXTURES[i], acc.max_abs);
+            CHECK_MSG(acc.argmax_mismatch == 0, "%s: top-1 differs on %d rows", FLOAT_FIXTURES[i],
+                      acc.argmax_mismatch);
+        }
+        ref_free(&ref);
+        run_cfg one = {.n_threads = 2, .n_batch = 512}, one_f16 = one;
+        one_f16.residual_f16 = true;
+        cmp_acc a32, a16;
+        ref_data r32 = {0}, r16 = {0};
+        if (run_fixture_ref(FLOAT_FIXTURES[i], "", &one, &a32, &r32) &&
+            run_fixture_ref(FLOAT_FIXTURES[i], "", &one_f16, &a16, &r16))
+            CHECK_MSG(a32.max_abs == a16.max_abs && a32.sum_sq == a16.sum_sq,
+                      "%s: one chunk differs with the option (%.9g vs %.9g)", FLOAT_FIXTURES[i], a32.max_abs,
+                      a16.max_abs);
+        ref_free(&r32);
+        ref_free(&r16);
+    }
 }
 
 /* A prompt longer than the context is a clear error, not a crash. */

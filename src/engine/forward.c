@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "cache/attention.h"
 #include "engine/forward.h"
+#include "engine/residual.h"
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -62,6 +63,8 @@ void pkv_work_free(pkv_work *w) {
     free(w->act);
     free(w->pos);
     free(w->hidden);
+    free(w->packed);
+    free(w->packed_exp);
     free(w->logit_rows);
     free(w->inv_freq_global);
     free(w->inv_freq_local);
@@ -69,12 +72,73 @@ void pkv_work_free(pkv_work *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* ---------------------------------------------------------------- the call's residual stream
+ *
+ * Layer-major, the residual stream of every token of the call is alive
+ * between layers: n_embd floats per token, the largest thing a long pressed
+ * prefill holds (docs/compression.md, "The longest prompt that fits a memory
+ * cap"). With opts.residual_f16, a call longer than one chunk keeps it at 16
+ * bits between layers instead (w->packed: engine/residual.h, f16 with a
+ * power-of-two scale per token, since Qwen2's outlier channels reach the
+ * thousands), and only the chunk being computed is f32 (w->hidden). What is
+ * lost is f16's rounding once per layer, a relative 2^-11, well under the
+ * 8-bit activations every matmul reads (docs/compression.md measures what it
+ * does to perplexity). */
+
+static bool packed_call(const pkv_session *s, int n) { return s->opts.residual_f16 && n > s->opts.n_batch; }
+
+/* Rows of the residual stream as the call needs them: n rows f32, or a chunk
+ * of f32 rows and n packed ones. */
 static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
     pkv_work *w = &s->work;
-    if (w->hidden_cap >= n) return 0;
-    if (pkv_work_grow((void **)&w->hidden, (size_t)n * s->model->hp.n_embd * sizeof(float), err)) return -1;
-    w->hidden_cap = n;
+    w->packed_n = 0;
+    int f32_rows = n;
+    if (packed_call(s, n)) {
+        f32_rows = s->opts.n_batch > PKV_LOGIT_ROWS ? s->opts.n_batch : PKV_LOGIT_ROWS;
+        if (w->packed_cap < n) {
+            if (pkv_work_grow((void **)&w->packed, (size_t)n * s->model->hp.n_embd * sizeof(uint16_t), err) ||
+                pkv_work_grow((void **)&w->packed_exp, (size_t)n * sizeof(int8_t), err))
+                return -1;
+            w->packed_cap = n;
+        }
+        w->packed_n = n;
+    }
+    if (w->hidden_cap >= f32_rows) return 0;
+    if (pkv_work_grow((void **)&w->hidden, (size_t)f32_rows * s->model->hp.n_embd * sizeof(float), err)) return -1;
+    w->hidden_cap = f32_rows;
     return 0;
+}
+
+/* Rows [r0, r0 + nr) of the residual stream as f32: in place, or unpacked into w->hidden. */
+static float *residual_rows(pkv_session *s, int r0, int nr) {
+    pkv_work *w = &s->work;
+    int64_t d = s->model->hp.n_embd;
+    if (!w->packed_n) return w->hidden + r0 * d;
+    for (int r = 0; r < nr; r++)
+        pkv_residual_unpack_row(s->comp.kern, w->packed + (r0 + r) * d, w->packed_exp[r0 + r], d, w->hidden + r * d);
+    return w->hidden;
+}
+
+/* Rows [r0, r0 + nr) back into the packed stream after a layer changed them
+ * (nothing to do when the stream is f32: they were changed in place). */
+static void residual_keep(pkv_session *s, int r0, int nr) {
+    pkv_work *w = &s->work;
+    int64_t d = s->model->hp.n_embd;
+    if (!w->packed_n) return;
+    for (int r = 0; r < nr; r++)
+        w->packed_exp[r0 + r] = (int8_t)pkv_residual_pack_row(s->comp.kern, w->hidden + r * d, d, w->packed + (r0 + r) * d);
+}
+
+/* The call's token embeddings as its residual stream. */
+static void embed_call(pkv_session *s, const int32_t *tokens, int n) {
+    pkv_layer_ctx c = {s->model, &s->comp, &s->work};
+    int step = s->work.packed_n ? s->opts.n_batch : n;
+    for (int r0 = 0; r0 < n; r0 += step) {
+        int nr = n - r0 < step ? n - r0 : step;
+        float *rows = s->work.packed_n ? s->work.hidden : s->work.hidden + (int64_t)r0 * s->model->hp.n_embd;
+        pkv_embed_rows(&c, tokens + r0, nr, rows);
+        residual_keep(s, r0, nr);
+    }
 }
 
 int pkv_work_attn_scratch(pkv_work *w, size_t need, pkv_error *err) {
@@ -251,12 +315,13 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
     for (int c0 = 0; c0 < n; c0 += n_batch) {
         int nc = n - c0 < n_batch ? n - c0 : n_batch;
         for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;
-        float *x = w->hidden + (int64_t)c0 * hp->n_embd;
+        float *x = residual_rows(s, c0, nc);
         if (attention_block(s, il, x, w->pos, nc, probe && probe->acc_rows ? probe->acc : NULL, probe, err)) return -1;
         if (probe) pkv_probe_capture(probe, hp, w->q, w->pos, c0, nc);
         /* a reconstruction pass: the press scores the context by these queries */
         if (s->recon && pkv_layer_is_full(s->model, il) && pkv_recon_observe(s, il, w->q, c0, nc, err)) return -1;
         pkv_layer_ffn(&c, il, x, nc);
+        residual_keep(s, c0, nc);
         /* sliding-window layers keep only what the next chunk can see */
         pkv_kvcache_trim_window(&s->cache, il, s->n_pos + c0 + nc);
         if (s->opts.between_chunks) s->opts.between_chunks(s->opts.between_chunks_user);
@@ -270,12 +335,12 @@ static void output_logits(pkv_session *s, int n, pkv_row_logits_fn row_fn, void 
     pkv_work *w = &s->work;
     pkv_layer_ctx c = ctx_of(s);
     if (!row_fn) {
-        pkv_layer_logits(&c, w->hidden + (int64_t)(n - 1) * hp->n_embd, 1, s->logits);
+        pkv_layer_logits(&c, residual_rows(s, n - 1, 1), 1, s->logits);
         return;
     }
     for (int r0 = 0; r0 < n; r0 += PKV_LOGIT_ROWS) {
         int nr = n - r0 < PKV_LOGIT_ROWS ? n - r0 : PKV_LOGIT_ROWS;
-        pkv_layer_logits(&c, w->hidden + (int64_t)r0 * hp->n_embd, nr, w->logit_rows);
+        pkv_layer_logits(&c, residual_rows(s, r0, nr), nr, w->logit_rows);
         for (int r = 0; r < nr; r++) row_fn(user, r0 + r, w->logit_rows + (int64_t)r * hp->n_vocab);
     }
     memcpy(s->logits, w->logit_rows + (int64_t)((n - 1) % PKV_LOGIT_ROWS) * hp->n_vocab,
@@ -290,6 +355,11 @@ static void release_call_buffers(pkv_session *s) {
         w->hidden = NULL;
         w->hidden_cap = 0;
     }
+    free(w->packed);
+    free(w->packed_exp);
+    w->packed = NULL;
+    w->packed_exp = NULL;
+    w->packed_cap = w->packed_n = 0;
     pkv_arena_free(&s->arena);
 }
 
@@ -303,8 +373,7 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     s->probes_ok = false;
     s->probe_gen++;
 
-    pkv_layer_ctx c = ctx_of(s);
-    pkv_embed_rows(&c, tokens, n, s->work.hidden);
+    embed_call(s, tokens, n);
     /* from here on a failure leaves layers at different lengths: the session needs a reset */
     s->broken = true;
     for (int il = 0; il < s->model->hp.n_layer; il++) {

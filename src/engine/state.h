@@ -26,8 +26,12 @@ typedef struct {
     size_t act_bytes;
     int32_t *pos;
 
-    float *hidden;   /* [n_tokens, n_embd] residual stream of the whole call (layer-major) */
-    int64_t hidden_cap;
+    float *hidden;   /* [n_tokens, n_embd] residual stream of the whole call (layer-major), */
+    int64_t hidden_cap; /* or of the chunk being computed when the call's stream is packed: */
+    uint16_t *packed;   /* [n_tokens, n_embd] f16 residual stream of the call (opts.residual_f16) */
+    int8_t *packed_exp; /* [n_tokens] each row's power-of-two scale */
+    int64_t packed_cap;
+    int packed_n;       /* rows packed in this call; 0: the stream is f32 */
     float *logit_rows; /* [LOGIT_ROWS, n_vocab] */
     float *inv_freq_global, *inv_freq_local;
     float *attn_scratch; /* per-thread softmax rows */
