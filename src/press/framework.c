@@ -23,6 +23,10 @@ static int visible_rows(const int32_t *pos, int n, int32_t query_pos) {
 
 enum { QUERY_BLOCK = 8, KEY_TILE = 64 };
 
+size_t pkv_press_window_scratch_floats(int n_rows, int n_queries) {
+    return (size_t)(n_queries > 1 ? QUERY_BLOCK : 1) * (size_t)n_rows + 1;
+}
+
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out) {
     int g = h / (in->n_head / in->n_head_kv);
     int n = in->n_rows[g], dim = in->head_dim_k;
@@ -32,10 +36,8 @@ void pkv_press_window_attention(const pkv_press_input *in, int h, int first_quer
     /* A block of queries walks the keys tile by tile, so long prompts read
      * their keys from memory once per block instead of once per query. The
      * logits are the same dot products either way: the result is identical. */
-    float *z = in->window - first_query > 1 ? pkv_arena_alloc(in->arena, (size_t)QUERY_BLOCK * n * sizeof(float) + 4)
-                                            : NULL;
-    int block = z ? QUERY_BLOCK : 1;
-    if (!z) z = scratch;
+    float *z = scratch;
+    int block = in->window - first_query > 1 ? QUERY_BLOCK : 1;
     for (int r0 = first_query; r0 < in->window; r0 += block) {
         int r1 = r0 + block < in->window ? r0 + block : in->window;
         int visible[QUERY_BLOCK], most = 0;

@@ -303,7 +303,11 @@ static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_sel
 /* Adds, for query head h, the softmax attention of window queries
  * [first_query, window) over the rows of its KV head (causal inside the
  * window, fp32, softmax over all visible rows) into out[n_rows]: SnapKV's vote
- * before restricting to the prefix (A.4 S1-S4). scratch holds n_rows floats. */
+ * before restricting to the prefix (A.4 S1-S4). scratch holds
+ * pkv_press_window_scratch_floats(n_rows, window - first_query) floats (a
+ * press scoring head after head reuses one scratch: its size is per head,
+ * and a long prompt's rows are many). */
+size_t pkv_press_window_scratch_floats(int n_rows, int n_queries);
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out);
 
 

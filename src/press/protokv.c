@@ -431,7 +431,9 @@ static int protokv_score(const void *pp, const pkv_press_input *in, pkv_press_se
         .rest = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(int32_t) + 4),
         .protos = pkv_arena_alloc(in->arena, ((size_t)(1 << p->r) + chunk_count(p, n_max)) * dim * sizeof(float)),
         .attn = p->score_attn ? pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4) : NULL,
-        .attn_scratch = p->score_attn ? pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4) : NULL,
+        .attn_scratch = p->score_attn ? pkv_arena_alloc(in->arena, pkv_press_window_scratch_floats(n_max, in->window) *
+                                                                        sizeof(float))
+                                      : NULL,
     };
     if (!heads || !sb.unit || !sb.norm || !sb.sim || !sb.sum || !sb.sat || !sb.rest || !sb.protos ||
         (p->score_attn && (!sb.attn || !sb.attn_scratch)))

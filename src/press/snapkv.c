@@ -94,18 +94,23 @@ static int snapkv_score(const void *pp, const pkv_press_input *in, pkv_press_sel
     const snapkv_params *p = pp;
     int group = in->n_head / in->n_head_kv;
     int n_vote_heads = sel->per_query_head ? 1 : group;
+    /* one set of buffers for the layer, reused head after head */
+    int n_max = 0;
+    for (int g = 0; g < in->n_head_kv; g++) n_max = in->n_rows[g] > n_max ? in->n_rows[g] : n_max;
+    float **head_votes = pkv_arena_alloc(in->arena, (size_t)n_vote_heads * sizeof(float *));
+    float *votes = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4);
+    float *scratch = pkv_arena_alloc(in->arena, pkv_press_window_scratch_floats(n_max, in->window) * sizeof(float));
+    if (!head_votes || !votes || !scratch) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
+    for (int k = 0; k < n_vote_heads; k++) {
+        head_votes[k] = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4);
+        if (!head_votes[k]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
+    }
     for (int s = 0; s < sel->n_sel; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
         int prefix = n - in->window;
-        float **head_votes = pkv_arena_alloc(in->arena, (size_t)n_vote_heads * sizeof(float *));
-        float *votes = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
-        float *scratch = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
-        if (!head_votes || !votes || !scratch)
-            return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
         for (int k = 0; k < n_vote_heads; k++) {
-            head_votes[k] = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float) + 4);
-            if (!head_votes[k]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
+            memset(head_votes[k], 0, (size_t)n * sizeof(float));
             int h = sel->per_query_head ? s : g * group + k;
             pkv_press_window_attention(in, h, 0, scratch, head_votes[k]);
         }

@@ -23,7 +23,7 @@ static int tova_score(const void *p, const pkv_press_input *in, pkv_press_select
                             "tova averages over all heads of a layer and needs the same rows in every head (layer %d)",
                             in->layer);
     float *avg = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
-    float *scratch = pkv_arena_alloc(in->arena, (size_t)n * sizeof(float));
+    float *scratch = pkv_arena_alloc(in->arena, pkv_press_window_scratch_floats(n, 1) * sizeof(float));
     if (!avg || !scratch) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory scoring layer %d", in->layer);
     for (int h = 0; h < in->n_head; h++) pkv_press_window_attention(in, h, in->window - 1, scratch, avg);
     for (int j = 0; j < n; j++) avg[j] /= (float)in->n_head;
