@@ -80,7 +80,7 @@ run() {
     qwen15-4k) # the 1.5B subset: needle tasks at 4K, three presses, four ratios
         "$bin" eval -m $q15 \
             --tasks niah_single_1,niah_single_2,niah_single_3,niah_multikey_2,niah_multivalue,niah_multiquery \
-            --lengths 4096 --samples 3 --press none,snapkv,protokv,streamingllm \
+            --lengths 4096 --samples 10 --press none,snapkv,protokv,streamingllm \
             --budgets none --ratios 0.25,0.5,0.75,0.875 --window 64 --kernel 5 --pool avg \
             --mode query_agnostic,query_aware -o out/$name "$@" ;;
     needle-grid) # the seed's needle setting: depth x length at budget 128
