@@ -371,7 +371,7 @@ static int capture_score(const void *params, const pkv_press_input *in, pkv_pres
         c->keys[g] = malloc((size_t)n * d * sizeof(float));
         c->pos[g] = malloc((size_t)n * sizeof(int32_t));
         if (!c->keys[g] || !c->pos[g]) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory capturing layer %d", in->layer);
-        memcpy(c->keys[g], in->keys[g], (size_t)n * d * sizeof(float));
+        memcpy(c->keys[g], pkv_press_keys(in, g), (size_t)n * d * sizeof(float));
         memcpy(c->pos[g], in->pos[g], (size_t)n * sizeof(int32_t));
     }
     c->in.q_window = c->q;

@@ -211,6 +211,7 @@ const pkv_press_ops pkv_press_expected_attention = {
     .options = EA_OPTIONS,
     .params_size = sizeof(ea_params),
     .defaults = ea_defaults,
+    .keys_all_heads = true, /* its query heads are scored in parallel */
     .needs_values = true,
     .needs_query_stats = true,
     .score = ea_score,

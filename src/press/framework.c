@@ -30,7 +30,7 @@ size_t pkv_press_window_scratch_floats(int n_rows, int n_queries) {
 void pkv_press_window_attention(const pkv_press_input *in, int h, int first_query, float *scratch, float *out) {
     int g = h / (in->n_head / in->n_head_kv);
     int n = in->n_rows[g], dim = in->head_dim_k;
-    const float *keys = in->keys[g];
+    const float *keys = pkv_press_keys(in, g);
     const int32_t *pos = in->pos[g];
     const pkv_kernels *k = in->comp->kern;
     /* A block of queries walks the keys tile by tile, so long prompts read

@@ -22,7 +22,7 @@ static int keydiff_score(const void *p, const pkv_press_input *in, pkv_press_sel
     for (int s = 0; s < sel->n_sel; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
-        const float *k = in->keys[g];
+        const float *k = pkv_press_keys(in, g);
         for (int d = 0; d < dim; d++) anchor[d] = 0.0;
         for (int j = 0; j < n; j++) {
             const float *row = k + (size_t)j * dim;

@@ -9,7 +9,7 @@ static int knorm_score(const void *p, const pkv_press_input *in, pkv_press_selec
     (void)err;
     for (int s = 0; s < sel->n_sel; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
-        const float *k = in->keys[g];
+        const float *k = pkv_press_keys(in, g);
         for (int j = 0; j < in->n_rows[g]; j++) {
             const float *row = k + (size_t)j * in->head_dim_k;
             double ss = 0.0;

@@ -50,7 +50,10 @@ typedef struct {
     const int32_t *q_pos;    /* [window] positions of the window queries */
 
     const int *n_rows;               /* [n_head_kv] */
-    const float *const *keys;        /* [n_head_kv] -> [n_rows][head_dim_k] */
+    /* [n_head_kv] -> [n_rows][head_dim_k]; read them with pkv_press_keys: a
+     * head's pointer is NULL when its keys come from key_source instead */
+    const float *const *keys;
+    struct pkv_press_key_source *key_source;
     const float *const *values;      /* [n_head_kv] -> [n_rows][head_dim_v], NULL unless the press asks */
     const int32_t *const *pos;       /* [n_head_kv] -> [n_rows] original positions */
     /* Attention accumulated over every query of the prefill, per query head and
@@ -191,6 +194,7 @@ struct pkv_press_ops {
     int (*check)(const void *params, int window, int budget, pkv_error *err);
 
     /* What the framework must provide. */
+    bool keys_all_heads; /* every head's keys at once (pkv_press_keys reads one head at a time otherwise) */
     bool needs_values;
     bool needs_attn_sum;
     bool needs_query_stats;
@@ -294,6 +298,29 @@ static inline const float *pkv_press_query(const pkv_press_input *in, int h, int
 }
 
 /* KV head of a selection head. */
+/* Keys a cache holds in f16 or a quantised type, read as f32 one KV head at a
+ * time into one buffer (a long prompt's copy of every head would be as large
+ * as the layer's rows themselves, docs/compression.md). */
+typedef struct pkv_press_key_source {
+    void (*read)(void *user, int g, float *dst); /* head g's rows as f32 */
+    void *user;
+    float *buf;  /* rows of the longest head */
+    int loaded;  /* the head in buf; -1: none */
+} pkv_press_key_source;
+
+/* Head g's keys as f32 rows. From a key source the pointer stays valid until
+ * keys of another head are asked for: a press reads one head at a time, in
+ * one thread, unless it sets keys_all_heads. */
+static inline const float *pkv_press_keys(const pkv_press_input *in, int g) {
+    if (in->keys[g]) return in->keys[g];
+    pkv_press_key_source *src = in->key_source;
+    if (src->loaded != g) {
+        src->read(src->user, g, src->buf);
+        src->loaded = g;
+    }
+    return src->buf;
+}
+
 static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_selection *sel, int s) {
     return sel->per_query_head ? s / (in->n_head / in->n_head_kv) : s;
 }

@@ -345,7 +345,7 @@ static int cluster_head(const protokv_params *p, const pkv_press_input *in, int 
     double t0 = t ? pkv_now_seconds() : 0.0;
     const pkv_kernels *kern = in->comp->kern;
     int dim = in->head_dim_k, n = hc->n_prefix;
-    const float *keys = in->keys[g];
+    const float *keys = pkv_press_keys(in, g);
     hc->theta = pkv_arena_alloc(in->arena, (size_t)n * sizeof(double));
     hc->sat_bucket = pkv_arena_alloc(in->arena, (size_t)n * sizeof(int32_t));
     hc->cluster = pkv_arena_alloc(in->arena, (size_t)n * sizeof(int32_t));
@@ -616,8 +616,9 @@ static int report_head(const pkv_press_input *in, int g, const head_clusters *hc
         .cluster_kept = cluster_kept,
         .row_kept = take,
     };
-    group_similarity(in->keys[g], np, dim, sat, &view.sat_intra, &view.sat_inter);
-    group_similarity(in->keys[g], np, dim, rnd, &view.rand_intra, &view.rand_inter);
+    const float *keys = pkv_press_keys(in, g);
+    group_similarity(keys, np, dim, sat, &view.sat_intra, &view.sat_inter);
+    group_similarity(keys, np, dim, rnd, &view.rand_intra, &view.rand_inter);
     in->observer->clusters(in->observer->user, &view);
     return 0;
 }
