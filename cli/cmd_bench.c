@@ -37,7 +37,8 @@ static const char BENCH_USAGE[] =
     "                       (q8_0/q4_0: ggml blocks of 32, for head sizes divisible by 32)\n"
     "      --cache-type-k T, --cache-type-v T\n"
     "                       the same for keys or for values alone (-ctk, -ctv)\n"
-    "      --residual-f16   prefills keep the residual stream at 16 bits between layers\n"
+    "      --residual-type T  how prefills keep their residual stream between layers: f32 (default),\n"
+    "                       f16 or q8_0 (half or a quarter of a long prefill's activations)\n"
     "      --seed S         seed of the random tokens\n"
     "      --simd S         auto (default), scalar, avx2, avx512\n"
     "  -o md|csv            output format (default md)\n"
@@ -163,7 +164,7 @@ static const cli_flag BENCH_FLAGS[] = {
     {"--csv", NULL, CLI_TEXT, offsetof(bench_args, csv_path), 0, 0, NULL},
     {"--membw-size", NULL, CLI_SIZE, offsetof(bench_args, membw_size), 0, 0, NULL},
     {"--mem", NULL, CLI_SIZE, offsetof(bench_args, mem_cap), 0, 0, NULL},
-    {"--residual-f16", NULL, CLI_TRUE, offsetof(bench_args, o.residual_f16), 0, 0, NULL},
+    {"--residual-type", NULL, CLI_RESIDUAL_TYPE, offsetof(bench_args, o.residual_type), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

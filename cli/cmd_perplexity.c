@@ -11,13 +11,13 @@
 static const char PPL_USAGE[] =
     "usage: promptkv perplexity -m MODEL -f FILE [-c N_CTX] [-t THREADS] [--chunks N]\n"
     "                           [--cache-type T] [--cache-type-k T] [--cache-type-v T]\n"
-    "                           [-b N_BATCH] [--residual-f16]\n"
+    "                           [-b N_BATCH] [--residual-type T]\n"
     "\n"
     "Perplexity of a text, computed like llama-perplexity (chunks of N_CTX tokens, default 512,\n"
     "second half of each chunk scored). Needs at least 2 x N_CTX tokens. Cache types T: f16 (default),\n"
     "f32, q8_0, q4_0 (--cache-type sets keys and values; q8_0 and q4_0 need head sizes divisible by 32).\n"
-    "-b: the prefill chunk (default 512); --residual-f16: a chunk of N_CTX > N_BATCH tokens keeps its\n"
-    "residual stream at 16 bits between layers (docs/compression.md).\n";
+    "-b: the prefill chunk (default 512); --residual-type f32 (default), f16 or q8_0: how a chunk of\n"
+    "N_CTX > N_BATCH tokens keeps its residual stream between layers (docs/compression.md).\n";
 
 static void show_chunk(void *user, int chunk, double ppl) {
     (void)user;
@@ -36,10 +36,6 @@ int cmd_perplexity(int argc, char **argv) {
             fputs(PPL_USAGE, stdout);
             return 0;
         }
-        if (!strcmp(f, "--residual-f16")) {
-            so.residual_f16 = true;
-            continue;
-        }
         if (!(v = cli_value(cmd, argc, argv, &i))) return EXIT_USAGE;
         if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = v;
         else if (!strcmp(f, "-f") || !strcmp(f, "--file")) file = v;
@@ -51,6 +47,11 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(f, "-b") || !strcmp(f, "--batch")) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return EXIT_USAGE;
             so.n_batch = (int)n;
+        } else if (!strcmp(f, "--residual-type")) {
+            if (!pkv_residual_type_parse(v, &so.residual_type)) {
+                cli_error(cmd, "%s must be f32, f16 or q8_0, got '%s'", f, v);
+                return EXIT_USAGE;
+            }
         } else if (!strcmp(f, "--chunks")) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &max_chunks)) return EXIT_USAGE;
         } else if (!strcmp(f, "--cache-type")) {

@@ -39,8 +39,9 @@ static const char RUN_USAGE[] =
     "      --cache-type-k T, --cache-type-v T\n"
     "                        the same for keys or for values alone (-ctk, -ctv)\n"
     "      --simd L          auto, scalar, avx2, avx512 (default auto)\n"
-    "      --residual-f16    keep a long prompt's residual stream at 16 bits between layers (half the\n"
-    "                        prefill's activations, for f16's rounding; docs/compression.md)\n"
+    "      --residual-type T how a long prompt's prefill keeps its residual stream between layers: f32\n"
+    "                        (default), f16 or q8_0 (half or a quarter of its activations, for one\n"
+    "                        rounding per layer; docs/compression.md)\n"
     "  -q, --question TEXT   a question appended after the prompt; with --mode query_agnostic the\n"
     "                        prompt is compressed first and the question fed on top (kvpress's protocol)\n"
     "      --question-file F read the question from a file\n"
@@ -94,7 +95,7 @@ static const cli_flag RUN_FLAGS[] = {
     {"--top-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.top_p), 0.0, 1.0, NULL},
     {"--min-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.min_p), 0.0, 1.0, NULL},
     {"--seed", NULL, CLI_U64, offsetof(run_args, sampling.seed), 0, 0, NULL},
-    {"--residual-f16", NULL, CLI_TRUE, offsetof(run_args, sopts.residual_f16), 0, 0, NULL},
+    {"--residual-type", NULL, CLI_RESIDUAL_TYPE, offsetof(run_args, sopts.residual_type), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -23,7 +23,8 @@ typedef enum {
     CLI_FALSE,      /* bool cleared, no value */
     CLI_SIMD,       /* pkv_simd from auto, scalar, avx2, avx512 */
     CLI_CACHE_TYPE, /* pkv_cache_type from f16, f32, q8_0, q4_0 */
-    CLI_CACHE_TYPES /* both fields of a cli_cache_types from one of those */
+    CLI_CACHE_TYPES, /* both fields of a cli_cache_types from one of those */
+    CLI_RESIDUAL_TYPE /* pkv_residual_type from f32, f16, q8_0 */
 } cli_flag_kind;
 
 /* How the cache stores keys and values: --cache-type sets both,

@@ -74,6 +74,23 @@ bool pkv_cache_type_parse(const char *s, pkv_cache_type *out);
  * that is not a multiple of the type's block (32 for Q8_0 and Q4_0). */
 uint64_t pkv_cache_row_bytes(pkv_cache_type type, int n);
 
+/* How a prefill keeps its residual stream between layers (the stream of
+ * every token of a call longer than one chunk: docs/compression.md, "The
+ * residual stream of a long prefill"). F32 is the reference; F16 (each
+ * token's row scaled by a power of two into f16's range) halves it and Q8_0
+ * (ggml's blocks of 32) quarters it, for one rounding per layer. */
+typedef enum {
+    PKV_RESIDUAL_F32 = 0, /* default */
+    PKV_RESIDUAL_F16,
+    PKV_RESIDUAL_Q8_0,
+    PKV_RESIDUAL_TYPE_COUNT
+} pkv_residual_type;
+
+/* "f32", "f16", "q8_0"; "?" outside the enum. */
+const char *pkv_residual_type_name(pkv_residual_type type);
+/* The type named s; false when there is none. */
+bool pkv_residual_type_parse(const char *s, pkv_residual_type *out);
+
 /* ---------------------------------------------------------------- model */
 
 typedef struct pkv_model pkv_model;
@@ -310,11 +327,7 @@ typedef struct {
     pkv_cache_type cache_type_k; /* how the cache stores keys (default f16) */
     pkv_cache_type cache_type_v; /* and values */
     uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
-    /* Keep a prefill's residual stream at 16 bits between layers (each
-     * token's row scaled by a power of two into f16's range): half the
-     * activations a long prefill holds, for f16's rounding once per layer
-     * (docs/compression.md). false: f32, the reference. */
-    bool residual_f16;
+    pkv_residual_type residual_type; /* a long prefill's residual stream between layers (default f32) */
     /* One prefill, many presses (docs/evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of
      * each prefill (and per-row attention sums for h2o), so pkv_session_copy

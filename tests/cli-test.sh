@@ -100,14 +100,18 @@ expect_out run_three_ids_per_byte '.' -- sh -c "\"$bin\" run -m tests/fixtures/m
 expect perplexity_three_ids_per_byte 0 'perplexity: 1554 tokens, chunks of 64' -- \
     "$bin" perplexity -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" -c 64 -t 1
 
-# --residual-f16: chunks of 64 tokens read 16 at a time keep their residual stream at 16 bits; the
-# perplexity moves (the option took effect) but by less than 1%
+# --residual-type f16: chunks of 64 tokens read 16 at a time keep their residual stream at 16 bits;
+# the perplexity moves (the option took effect) but by less than 1%
 ppl_of() { "$bin" perplexity -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" -c 64 -b 16 -t 1 "$@" \
     2>&1 | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
-p32=$(ppl_of) p16=$(ppl_of --residual-f16)
+p32=$(ppl_of) p16=$(ppl_of --residual-type f16)
 if awk -v a="$p32" -v b="$p16" 'BEGIN { d = (b - a) / a; exit !(a > 0 && d != 0 && d < 1e-2 && d > -1e-2) }'; then
     pass=$((pass + 1)); echo "ok   cli_perplexity_residual_f16"
 else fail=$((fail + 1)); echo "FAIL cli_perplexity_residual_f16: ppl $p16 with the option, $p32 without"; fi
+expect perplexity_residual_type_unknown 2 "--residual-type must be f32, f16 or q8_0, got 'bf16'" -- \
+    "$bin" perplexity -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" --residual-type bf16
+expect run_residual_type_unknown 2 "--residual-type must be f32, f16 or q8_0, got 'q4_0'" -- \
+    "$bin" run -m tests/fixtures/models/tiny-qwen2-f32.gguf -p hi --residual-type q4_0
 
 # NaN weights pass the load checks; every step's logits are NaN: a clean
 # error naming the step in every sampling mode, never a token

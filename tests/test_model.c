@@ -11,6 +11,7 @@
 #include "base/prng.h"
 #include "engine/residual.h"
 #include "engine/state.h"
+#include "kernels/f16.h"
 #include "model/model.h"
 #include "model_ref.h"
 #include "test.h"
@@ -54,7 +55,7 @@ typedef struct {
     pkv_simd simd;
     bool exact_matmul;   /* dequantise weight rows and dot in f32 (no activation quantisation) */
     double decisive_gap; /* top-1 compared only where the reference leads by this much */
-    bool residual_f16;   /* pkv_session_opts.residual_f16 */
+    pkv_residual_type residual; /* pkv_session_opts.residual_type */
 } run_cfg;
 
 /* Runs the fixture's prompt (all logits) and decode steps; fills acc. The
@@ -92,7 +93,7 @@ static bool run_fixture_ref(const char *name, const char *ref_suffix, const run_
     so.n_threads = cfg->n_threads;
     so.n_batch = cfg->n_batch;
     so.n_ctx = cfg->n_ctx;
-    so.residual_f16 = cfg->residual_f16;
+    so.residual_type = cfg->residual;
     pkv_session *s = pkv_session_new(m, &so, &err);
     if (!s) {
         test_fail(__FILE__, __LINE__, "%s", err.msg);
@@ -268,7 +269,9 @@ TEST(model_f16_cache_close) {
 
 /* The residual stream at 16 bits: every row comes back within f16's relative
  * precision (2^-11) whatever its range, with the smallest power-of-two scale
- * that fits it; inf and NaN stay what they were. */
+ * that fits it; inf and NaN stay what they were. Q8_0: each value within half
+ * a step of its block's scale, d = largest / 127, plus 127 times the error of
+ * storing d in f16 (the quantiser divides by d before rounding it). */
 TEST(residual_pack_row_range_and_precision) {
     pkv_rng rng;
     pkv_rng_seed(&rng, 7);
@@ -283,52 +286,74 @@ TEST(residual_pack_row_range_and_precision) {
             for (int i = 0; i < D; i++) x[i] = ((float)pkv_rng_uniform(&rng) * 2.0f - 1.0f) * mags[mi];
             x[5] = mags[mi]; /* the row's largest value, exactly */
             memcpy(row, x, sizeof row);
-            int e = pkv_residual_pack_row(k, row, D, packed);
-            pkv_residual_unpack_row(k, packed, e, D, y);
+            int e = pkv_residual_pack_row(k, PKV_RESIDUAL_F16, row, D, packed);
+            pkv_residual_unpack_row(k, PKV_RESIDUAL_F16, packed, e, D, y);
             CHECK_MSG(ldexpf(mags[mi], -e) < 32768.0f && (e == 0 || ldexpf(mags[mi], 1 - e) >= 32768.0f),
                       "max %g: exponent %d is not the smallest that fits", mags[mi], e);
             for (int i = 0; i < D; i++) {
                 /* below f16's normal range the step is 2^-24, scaled like the row */
                 double tol = fabs(x[i]) * 0x1p-11 + ldexp(1.0, e - 24);
-                CHECK_MSG(fabs(y[i] - x[i]) <= tol, "max %g, value %d: %.9g came back as %.9g", mags[mi], i, x[i],
-                          y[i]);
+                CHECK_MSG(fabs(y[i] - x[i]) <= tol, "f16, max %g, value %d: %.9g came back as %.9g", mags[mi], i,
+                          x[i], y[i]);
+            }
+            if (mags[mi] > 1e6f) continue; /* Q8_0's f16 block scale holds up to 65504 * 127 */
+            uint8_t q[D / 32 * 34];
+            CHECK(pkv_residual_row_bytes(PKV_RESIDUAL_Q8_0, D) == sizeof q);
+            memcpy(row, x, sizeof row);
+            CHECK(pkv_residual_pack_row(k, PKV_RESIDUAL_Q8_0, row, D, q) == 0);
+            pkv_residual_unpack_row(k, PKV_RESIDUAL_Q8_0, q, 0, D, y);
+            for (int b0 = 0; b0 < D; b0 += 32) {
+                float bmax = 0.0f;
+                for (int i = b0; i < b0 + 32; i++) bmax = fmaxf(bmax, fabsf(x[i]));
+                float d = bmax / 127.0f, d16 = pkv_f16_to_f32(pkv_f32_to_f16(d));
+                double tol = 0.5 * d16 + 127.0 * fabs(d16 - d) + 1e-6 * d;
+                for (int i = b0; i < b0 + 32; i++)
+                    CHECK_MSG(fabs(y[i] - x[i]) <= tol, "q8_0, max %g, value %d: %.9g came back as %.9g", mags[mi], i,
+                              x[i], y[i]);
             }
         }
         float inf_row[4] = {1.0f, INFINITY, -2.0f, NAN}, back[4];
         uint16_t p4[4];
-        int e = pkv_residual_pack_row(k, inf_row, 4, p4);
-        pkv_residual_unpack_row(k, p4, e, 4, back);
+        int e = pkv_residual_pack_row(k, PKV_RESIDUAL_F16, inf_row, 4, p4);
+        pkv_residual_unpack_row(k, PKV_RESIDUAL_F16, p4, e, 4, back);
         CHECK(e == 0 && back[0] == 1.0f && isinf(back[1]) && back[2] == -2.0f && isnan(back[3]));
     }
+    CHECK(pkv_residual_row_bytes(PKV_RESIDUAL_Q8_0, 40) == 0 && pkv_residual_row_bytes(PKV_RESIDUAL_F32, 64) == 0);
 }
 
-/* A prefill that keeps its residual stream at 16 bits stays close to the
- * reference on every architecture (chunks of 7 tokens: the packed path), and a
- * call of one chunk is untouched by the option (bit-identical logits). */
-TEST(model_residual_f16_close) {
-    for (size_t i = 0; i < sizeof FLOAT_FIXTURES / sizeof *FLOAT_FIXTURES; i++) {
-        run_cfg packed = {.n_threads = 2, .n_batch = 7, .residual_f16 = true};
-        ref_data ref = {0};
-        cmp_acc acc;
-        if (run_fixture_ref(FLOAT_FIXTURES[i], "", &packed, &acc, &ref)) {
-            CHECK_MSG(acc.max_abs < 2e-2 && acc.max_abs > 1e-6, "%s: f16 residual max |dlogit| %.3g",
-                      FLOAT_FIXTURES[i], acc.max_abs);
-            CHECK_MSG(acc.argmax_mismatch == 0, "%s: top-1 differs on %d rows", FLOAT_FIXTURES[i],
-                      acc.argmax_mismatch);
+/* A prefill that keeps its residual stream in f16 or q8_0 stays close to the
+ * reference on every architecture (chunks of 7 tokens: the packed path), and
+ * a call of one chunk is untouched by the option (bit-identical logits). Q8_0
+ * is the quantiser the fused matmuls apply to their inputs: bounded as
+ * model_golden_quant_fused bounds those, the top token compared where the
+ * reference leads by 0.5. */
+TEST(model_residual_types_close) {
+    const pkv_residual_type types[] = {PKV_RESIDUAL_F16, PKV_RESIDUAL_Q8_0};
+    const double tol[] = {2e-2, 1.0}, gap[] = {0.0, 0.5};
+    for (size_t i = 0; i < sizeof FLOAT_FIXTURES / sizeof *FLOAT_FIXTURES; i++)
+        for (int ti = 0; ti < 2; ti++) {
+            run_cfg packed = {.n_threads = 2, .n_batch = 7, .residual = types[ti], .decisive_gap = gap[ti]};
+            ref_data ref = {0};
+            cmp_acc acc;
+            if (run_fixture_ref(FLOAT_FIXTURES[i], "", &packed, &acc, &ref)) {
+                CHECK_MSG(acc.max_abs < tol[ti] && acc.max_abs > 1e-6, "%s: %s residual max |dlogit| %.3g",
+                          FLOAT_FIXTURES[i], pkv_residual_type_name(types[ti]), acc.max_abs);
+                CHECK_MSG(acc.argmax_mismatch == 0, "%s: %s residual: top-1 differs on %d rows", FLOAT_FIXTURES[i],
+                          pkv_residual_type_name(types[ti]), acc.argmax_mismatch);
+            }
+            ref_free(&ref);
+            run_cfg one = {.n_threads = 2, .n_batch = 512}, one_packed = one;
+            one_packed.residual = types[ti];
+            cmp_acc a32, a16;
+            ref_data r32 = {0}, r16 = {0};
+            if (run_fixture_ref(FLOAT_FIXTURES[i], "", &one, &a32, &r32) &&
+                run_fixture_ref(FLOAT_FIXTURES[i], "", &one_packed, &a16, &r16))
+                CHECK_MSG(a32.max_abs == a16.max_abs && a32.sum_sq == a16.sum_sq,
+                          "%s: one chunk differs with a %s residual (%.9g vs %.9g)", FLOAT_FIXTURES[i],
+                          pkv_residual_type_name(types[ti]), a32.max_abs, a16.max_abs);
+            ref_free(&r32);
+            ref_free(&r16);
         }
-        ref_free(&ref);
-        run_cfg one = {.n_threads = 2, .n_batch = 512}, one_f16 = one;
-        one_f16.residual_f16 = true;
-        cmp_acc a32, a16;
-        ref_data r32 = {0}, r16 = {0};
-        if (run_fixture_ref(FLOAT_FIXTURES[i], "", &one, &a32, &r32) &&
-            run_fixture_ref(FLOAT_FIXTURES[i], "", &one_f16, &a16, &r16))
-            CHECK_MSG(a32.max_abs == a16.max_abs && a32.sum_sq == a16.sum_sq,
-                      "%s: one chunk differs with the option (%.9g vs %.9g)", FLOAT_FIXTURES[i], a32.max_abs,
-                      a16.max_abs);
-        ref_free(&r32);
-        ref_free(&r16);
-    }
 }
 
 /* A prompt longer than the context is a clear error, not a crash. */

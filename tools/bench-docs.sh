@@ -18,6 +18,8 @@
 #   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
 #   gemma-depths             Gemma: the same curve from 1K to 32K
 #   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
+#   llama1b-mem-lean         the same for snapkv with Q8_0 rows and an f16 or Q8_0 residual stream, and
+#                            llama.cpp's full f16 cache (tools/llamacpp-memfit.sh; LLAMA_BENCH) at the same probes
 #   gemma-roofline, qwen05-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
@@ -179,6 +181,21 @@ step_llama1b-mem() {
         --presses none,snapkv:budget=1024
 }
 
+step_llama1b-mem-lean() {
+    need_1b
+    local r
+    for r in f16 q8_0; do
+        run "llama1b-mem-lean-$r" "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" \
+            --mem-probe 2048,4096 --presses snapkv:budget=1024 --cache-type q8_0 --residual-type "$r"
+    done
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        run llama1b-mem-llamacpp tools/llamacpp-memfit.sh "$LLAMA_BENCH" "$L1B" 2048 4096 \
+            "$(numfmt --from=iec --to-unit=1Mi "$MEM_CAP")" "$THREADS"
+    else
+        echo "bench-docs: llama1b-mem-lean: LLAMA_BENCH not set, llama.cpp's half skipped" >&2
+    fi
+}
+
 # concurrent streams: batched steps against the same streams decoded one by one, in the library
 streams() {
     local step=$1 model=$2
@@ -210,7 +227,7 @@ step_llama1b-serve() {
 }
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
-     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem gemma-roofline qwen05-roofline llama1b-roofline qwen05-prefill-fa
+     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline qwen05-prefill-fa
      threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")

@@ -34,7 +34,7 @@ typedef struct {
     uint64_t seed;          /* of the random token ids */
     pkv_cache_type cache_type_k; /* how the sessions' caches store keys and values */
     pkv_cache_type cache_type_v;
-    bool residual_f16;      /* prefills keep the residual stream at 16 bits (pkv_session_opts) */
+    pkv_residual_type residual_type; /* how prefills keep their residual stream (pkv_session_opts) */
     double mem_bw;          /* bytes/s of memory reads with n_threads (pkv_bench_membw); 0: unknown */
     /* Called with one line of progress (no newline); may be NULL. */
     void (*progress)(void *user, const char *line);

@@ -39,7 +39,7 @@ pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_
     if (o->n_batch > 0) so.n_batch = o->n_batch;
     so.cache_type_k = o->cache_type_k;
     so.cache_type_v = o->cache_type_v;
-    so.residual_f16 = o->residual_f16;
+    so.residual_type = o->residual_type;
     pkv_model_info info;
     pkv_model_get_info(m, &info);
     so.n_ctx = info.n_ctx_train > n_tokens ? info.n_ctx_train : n_tokens;

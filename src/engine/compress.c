@@ -23,7 +23,7 @@ uint64_t pkv_session_work_bytes(const pkv_session *s) {
                        (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + 2 * (uint64_t)hp->n_ff + 1;
     uint64_t b = (uint64_t)w->n_tok_cap * per_tok * sizeof(float) + w->act_bytes;
     b += (uint64_t)w->hidden_cap * hp->n_embd * sizeof(float);
-    b += (uint64_t)w->packed_cap * (hp->n_embd * sizeof(uint16_t) + 1);
+    b += (uint64_t)w->packed_cap * (w->packed_row + 1);
     b += w->logit_rows ? (uint64_t)PKV_LOGIT_ROWS * hp->n_vocab * sizeof(float) : 0;
     b += w->attn_scratch_cap * sizeof(float) + s->arena.peak;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -178,7 +178,18 @@ typedef struct {
     const float **keys, **values;
     const int32_t **pos;
     int32_t **counts;
+    pkv_press_key_source key_source; /* keys not stored as f32, one head at a time */
+    struct key_reader {
+        const pkv_kvcache *cache;
+        const pkv_kernels *kern;
+        int layer;
+    } reader;
 } layer_rows;
+
+static void read_head_keys(void *user, int g, float *dst) {
+    const struct key_reader *r = user;
+    pkv_kvcache_read_k(r->cache, r->kern, r->layer, g, dst);
+}
 
 static int gather_rows(pkv_session *s, const pkv_layer_probe *probe, const pkv_press_ops *ops, int il, layer_rows *r,
                        pkv_error *err) {
@@ -192,6 +203,17 @@ static int gather_rows(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
     r->counts = pkv_arena_alloc(arena, (size_t)nkv * sizeof(int32_t *));
     if (!r->n_rows || !r->keys || !r->values || !r->pos || !r->counts)
         return pkv_fail(err, PKV_ERR_NOMEM, "out of memory pressing layer %d", il);
+    /* f16 and quantised keys: one head's f32 copy at a time, unless the press
+     * reads every head at once */
+    r->reader = (struct key_reader){c, s->comp.kern, il};
+    r->key_source = (pkv_press_key_source){.read = read_head_keys, .user = &r->reader, .loaded = -1};
+    if (!ops->keys_all_heads && !pkv_kvcache_head_k_f32(c, il, 0)) {
+        int n_max = 0;
+        for (int g = 0; g < nkv; g++)
+            if (pkv_kvcache_head_rows(c, il, g) > n_max) n_max = pkv_kvcache_head_rows(c, il, g);
+        r->key_source.buf = pkv_arena_alloc(arena, (size_t)n_max * pkv_kvcache_head_dim_k(c, il) * sizeof(float) + 4);
+        if (!r->key_source.buf) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
+    }
     for (int g = 0; g < nkv; g++) {
         int n = pkv_kvcache_head_rows(c, il, g);
         r->n_rows[g] = n;
@@ -200,7 +222,7 @@ static int gather_rows(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
          * are, f16 and quantised ones are read into a copy (the two types may differ) */
         r->keys[g] = pkv_kvcache_head_k_f32(c, il, g);
         r->values[g] = pkv_kvcache_head_v_f32(c, il, g);
-        if (!r->keys[g]) {
+        if (!r->keys[g] && !r->key_source.buf) {
             float *k = pkv_arena_alloc(arena, (size_t)n * pkv_kvcache_head_dim_k(c, il) * sizeof(float) + 4);
             if (!k) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory reading layer %d keys", il);
             pkv_kvcache_read_k(c, s->comp.kern, il, g, k);
@@ -275,6 +297,7 @@ int pkv_compress_layer(pkv_session *s, const pkv_layer_probe *probe, const pkv_p
         .q_pos = probe->q_pos + first,
         .n_rows = rows.n_rows,
         .keys = rows.keys,
+        .key_source = &rows.key_source,
         .values = ops->needs_values ? rows.values : NULL,
         .pos = rows.pos,
         .attn_sum = ops->needs_attn_sum ? (const float *const *)probe->acc : NULL,

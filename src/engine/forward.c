@@ -77,15 +77,17 @@ void pkv_work_free(pkv_work *w) {
  * Layer-major, the residual stream of every token of the call is alive
  * between layers: n_embd floats per token, the largest thing a long pressed
  * prefill holds (docs/compression.md, "The longest prompt that fits a memory
- * cap"). With opts.residual_f16, a call longer than one chunk keeps it at 16
- * bits between layers instead (w->packed: engine/residual.h, f16 with a
- * power-of-two scale per token, since Qwen2's outlier channels reach the
- * thousands), and only the chunk being computed is f32 (w->hidden). What is
- * lost is f16's rounding once per layer, a relative 2^-11, well under the
- * 8-bit activations every matmul reads (docs/compression.md measures what it
- * does to perplexity). */
+ * cap"). With opts.residual_type f16 or q8_0, a call longer than one chunk
+ * keeps it in that type between layers instead (w->packed: engine/residual.h;
+ * f16 with a power-of-two scale per token, since Qwen2's outlier channels
+ * reach the thousands), and only the chunk being computed is f32 (w->hidden).
+ * What is lost is one rounding per layer: f16's relative 2^-11, or Q8_0's
+ * blocks, the quantiser every matmul already applies to its inputs
+ * (docs/compression.md measures what each does to perplexity). */
 
-static bool packed_call(const pkv_session *s, int n) { return s->opts.residual_f16 && n > s->opts.n_batch; }
+static bool packed_call(const pkv_session *s, int n) {
+    return s->opts.residual_type != PKV_RESIDUAL_F32 && n > s->opts.n_batch;
+}
 
 /* Rows of the residual stream as the call needs them: n rows f32, or a chunk
  * of f32 rows and n packed ones. */
@@ -94,9 +96,12 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
     w->packed_n = 0;
     int f32_rows = n;
     if (packed_call(s, n)) {
+        size_t row = pkv_residual_row_bytes(s->opts.residual_type, s->model->hp.n_embd);
+        if (row != w->packed_row) w->packed_cap = 0;
+        w->packed_row = row;
         f32_rows = s->opts.n_batch > PKV_LOGIT_ROWS ? s->opts.n_batch : PKV_LOGIT_ROWS;
         if (w->packed_cap < n) {
-            if (pkv_work_grow((void **)&w->packed, (size_t)n * s->model->hp.n_embd * sizeof(uint16_t), err) ||
+            if (pkv_work_grow((void **)&w->packed, (size_t)n * w->packed_row, err) ||
                 pkv_work_grow((void **)&w->packed_exp, (size_t)n * sizeof(int8_t), err))
                 return -1;
             w->packed_cap = n;
@@ -115,7 +120,8 @@ static float *residual_rows(pkv_session *s, int r0, int nr) {
     int64_t d = s->model->hp.n_embd;
     if (!w->packed_n) return w->hidden + r0 * d;
     for (int r = 0; r < nr; r++)
-        pkv_residual_unpack_row(s->comp.kern, w->packed + (r0 + r) * d, w->packed_exp[r0 + r], d, w->hidden + r * d);
+        pkv_residual_unpack_row(s->comp.kern, s->opts.residual_type, w->packed + (size_t)(r0 + r) * w->packed_row,
+                                w->packed_exp[r0 + r], d, w->hidden + r * d);
     return w->hidden;
 }
 
@@ -126,7 +132,8 @@ static void residual_keep(pkv_session *s, int r0, int nr) {
     int64_t d = s->model->hp.n_embd;
     if (!w->packed_n) return;
     for (int r = 0; r < nr; r++)
-        w->packed_exp[r0 + r] = (int8_t)pkv_residual_pack_row(s->comp.kern, w->hidden + r * d, d, w->packed + (r0 + r) * d);
+        w->packed_exp[r0 + r] = (int8_t)pkv_residual_pack_row(s->comp.kern, s->opts.residual_type, w->hidden + r * d, d,
+                                                              w->packed + (size_t)(r0 + r) * w->packed_row);
 }
 
 /* The call's token embeddings as its residual stream. */

@@ -4,6 +4,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "engine/residual.h"
 #include "engine/compress.h"
 #include "engine/forward.h"
 #include "engine/reconstruct.h"
@@ -36,6 +37,15 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
     if ((unsigned)opts.cache_type_k >= PKV_CACHE_TYPE_COUNT || (unsigned)opts.cache_type_v >= PKV_CACHE_TYPE_COUNT) {
         pkv_fail(err, PKV_ERR_ARG, "unknown cache type %d for keys or %d for values", (int)opts.cache_type_k,
                  (int)opts.cache_type_v);
+        return NULL;
+    }
+    if ((unsigned)opts.residual_type >= PKV_RESIDUAL_TYPE_COUNT) {
+        pkv_fail(err, PKV_ERR_ARG, "unknown residual type %d", (int)opts.residual_type);
+        return NULL;
+    }
+    if (opts.residual_type != PKV_RESIDUAL_F32 && !pkv_residual_row_bytes(opts.residual_type, hp->n_embd)) {
+        pkv_fail(err, PKV_ERR_UNSUPPORTED, "a %s residual stream needs an embedding size divisible by 32, this model's is %d",
+                 pkv_residual_type_name(opts.residual_type), hp->n_embd);
         return NULL;
     }
     pkv_session *s = calloc(1, sizeof *s);

@@ -28,7 +28,8 @@ typedef struct {
 
     float *hidden;   /* [n_tokens, n_embd] residual stream of the whole call (layer-major), */
     int64_t hidden_cap; /* or of the chunk being computed when the call's stream is packed: */
-    uint16_t *packed;   /* [n_tokens, n_embd] f16 residual stream of the call (opts.residual_f16) */
+    uint8_t *packed;    /* [n_tokens] rows of packed_row bytes: the call's residual stream (opts.residual_type) */
+    size_t packed_row;
     int8_t *packed_exp; /* [n_tokens] each row's power-of-two scale */
     int64_t packed_cap;
     int packed_n;       /* rows packed in this call; 0: the stream is f32 */
