@@ -319,6 +319,11 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
     pkv_work *w = &s->work;
     int n_batch = s->opts.n_batch;
     pkv_layer_ctx c = ctx_of(s);
+    /* A full-attention layer's rows for the whole call at once: a head's block
+     * grown chunk by chunk moves its values to their new offset and leaves the
+     * pages they held resident, half as much again as the rows themselves
+     * (src/cache/kvcache.c; docs/compression.md). */
+    if (pkv_layer_is_full(s->model, il) && pkv_kvcache_reserve(&s->cache, il, n, err)) return -1;
     for (int c0 = 0; c0 < n; c0 += n_batch) {
         int nc = n - c0 < n_batch ? n - c0 : n_batch;
         for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;

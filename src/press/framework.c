@@ -68,6 +68,13 @@ int pkv_press_cmp_ranked(const void *a, const void *b) {
 }
 
 int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
+    /* the candidates and marks of one head at a time, reused head after head */
+    int n_max = 0;
+    for (int s = 0; s < sel->n_sel; s++)
+        if (in->n_rows[pkv_sel_kv_head(in, sel, s)] > n_max) n_max = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+    pkv_press_ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n_max + 1) * sizeof *cand);
+    bool *take = pkv_arena_alloc(in->arena, (size_t)n_max + 1);
+    if (!cand || !take) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
     for (int s = 0; s < sel->n_sel; s++) {
         int g = pkv_sel_kv_head(in, sel, s);
         int n = in->n_rows[g];
@@ -75,16 +82,17 @@ int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_erro
         int n_forced = 0;
         for (int j = 0; j < n; j++) n_forced += forced[j];
         int want = sel->budget[s] - n_forced;
-        pkv_press_ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n - n_forced + 1) * sizeof *cand);
-        bool *take = pkv_arena_alloc(in->arena, (size_t)n + 1);
-        int32_t *keep = pkv_arena_alloc(in->arena, (size_t)n * sizeof *keep + 4);
-        if (!cand || !take || !keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
+        for (int j = 0; j < n; j++) take[j] = false;
         int n_cand = 0;
         for (int j = 0; j < n; j++)
             if (!forced[j]) cand[n_cand++] = (pkv_press_ranked){sel->scores[s][j], j};
         if (want > 0 && want < n_cand) qsort(cand, (size_t)n_cand, sizeof *cand, pkv_press_cmp_ranked);
         if (want > n_cand) want = n_cand;
+        if (want < 0) want = 0;
         for (int i = 0; i < want; i++) take[cand[i].idx] = true;
+        /* the kept rows stay until the cache is compacted: their own size */
+        int32_t *keep = pkv_arena_alloc(in->arena, (size_t)(n_forced + want) * sizeof *keep + 4);
+        if (!keep) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);
         int m = 0;
         for (int j = 0; j < n; j++)
             if (forced[j] || take[j]) keep[m++] = j;
