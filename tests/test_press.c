@@ -428,3 +428,31 @@ TEST(press_key_source_same_selection) {
         CHECK_MSG(reads == want_reads, "%s: %d head reads, want %d", presses[pi], reads, want_reads);
     }
 }
+
+/* The press arena keeps what a layer needs and no more: a cycle that takes
+ * its large allocations in another order than the last (first-fit, a large
+ * allocation gets a block of its own size) would otherwise leave a second
+ * large block beside the first, resident for the rest of the prefill. */
+TEST(arena_reset_keeps_one_block_of_the_peak) {
+    pkv_arena a = {0};
+    enum { BIG = 4 << 20, SMALL = 100 << 10 };
+    /* cycle 1: big, then small (a block of its own each) */
+    char *p = pkv_arena_alloc(&a, BIG), *q = pkv_arena_alloc(&a, SMALL);
+    REQUIRE(p && q);
+    p[BIG - 1] = 1;
+    size_t peak = a.peak;
+    CHECK(pkv_arena_held(&a) > (size_t)BIG);
+    pkv_arena_reset(&a);
+    CHECK_MSG(pkv_arena_held(&a) == peak, "held %zu after a reset, the peak is %zu", pkv_arena_held(&a), peak);
+    /* cycle 2 in the other order fits the one block: nothing more is held */
+    for (int cycle = 0; cycle < 3; cycle++) {
+        char *s = pkv_arena_alloc(&a, SMALL), *b = pkv_arena_alloc(&a, BIG);
+        REQUIRE(s && b);
+        CHECK(s[0] == 0 && b[BIG - 1] == 0); /* zero-filled again */
+        b[BIG - 1] = 1;
+        CHECK_MSG(pkv_arena_held(&a) == peak, "cycle %d holds %zu, the peak is %zu", cycle, pkv_arena_held(&a), peak);
+        pkv_arena_reset(&a);
+    }
+    pkv_arena_free(&a);
+    CHECK(pkv_arena_held(&a) == 0 && a.peak == 0);
+}

@@ -42,19 +42,47 @@ void *pkv_arena_alloc(pkv_arena *a, size_t bytes) {
     return p;
 }
 
-void pkv_arena_reset(pkv_arena *a) {
-    for (pkv_arena_block *b = a->blocks; b; b = b->next) b->used = 0;
-    a->used_total = 0;
-}
-
-void pkv_arena_free(pkv_arena *a) {
-    pkv_arena_block *b = a->blocks;
+static void free_blocks(pkv_arena_block *b) {
     while (b) {
         pkv_arena_block *next = b->next;
         free(b->data);
         free(b);
         b = next;
     }
+}
+
+void pkv_arena_reset(pkv_arena *a) {
+    /* Several blocks: replace them by one as large as the most used so far.
+     * Blocks are first-fit and a large allocation gets a block of its own
+     * size, so a cycle that allocates in another order than the last can
+     * leave a second large block beside the first; one block of the peak
+     * holds any cycle up to the peak (allocations are the same rounded
+     * sizes) and nothing is kept beyond it. */
+    if (a->blocks && a->blocks->next) {
+        free_blocks(a->blocks);
+        a->blocks = NULL;
+        size_t size = a->peak > ARENA_MIN_BLOCK ? a->peak : ARENA_MIN_BLOCK;
+        pkv_arena_block *b = malloc(sizeof *b);
+        void *data = NULL;
+        if (b && posix_memalign(&data, ARENA_ALIGN, size) == 0) {
+            *b = (pkv_arena_block){.next = NULL, .size = size, .used = 0, .data = data};
+            a->blocks = b;
+        } else {
+            free(b); /* out of memory: the next allocation makes a block again, or fails */
+        }
+    }
+    for (pkv_arena_block *b = a->blocks; b; b = b->next) b->used = 0;
+    a->used_total = 0;
+}
+
+size_t pkv_arena_held(const pkv_arena *a) {
+    size_t n = 0;
+    for (const pkv_arena_block *b = a->blocks; b; b = b->next) n += b->size;
+    return n;
+}
+
+void pkv_arena_free(pkv_arena *a) {
+    free_blocks(a->blocks);
     a->blocks = NULL;
     a->used_total = a->peak = 0;
 }
