@@ -686,6 +686,30 @@ def test_kv_mem_too_big(model):
         check(s.stop() == 0, "exit code")
 
 
+def test_residual_type():
+    """--residual-type reaches the slots' sessions: the server answers as `run` with the same flag, which
+    differs here from the f32 residual stream (chunks of 4 tokens, tiny-qwen2)."""
+    model = "tests/fixtures/models/tiny-qwen2-f32.gguf"
+
+    def run_text(*args):  # the random model's bytes need not be UTF-8: as the server replaces them
+        out = subprocess.run([BIN, "run", "-m", model, "-p", LONG, "-n", "24", "-b", "4", *args],
+                             capture_output=True, check=True)
+        return out.stdout[:-1].decode(errors="replace")
+
+    want = run_text("--residual-type", "q8_0")
+    check(want != run_text(), "the q8_0 stream changes this answer")
+    s = Server(model, "--residual-type", "q8_0", "-b", "4", "--quiet")
+    try:
+        r = s.client.completions.create(model="m", prompt=LONG, max_tokens=24, temperature=0)
+        check(r.choices[0].text == want, f"server {r.choices[0].text!r} != run {want!r}")
+    finally:
+        check(s.stop() == 0, "exit code")
+    out = subprocess.run([BIN, "serve", "-m", model, "--residual-type", "bf16"], capture_output=True, text=True,
+                         timeout=60)
+    check(out.returncode == 2 and "--residual-type must be f32, f16 or q8_0, got 'bf16'" in out.stderr,
+          f"{out.returncode} {out.stderr}")
+
+
 # ---------------------------------------------------------------- stored contexts (tiny model)
 
 QUESTIONS = [" When does it open?", " What do tickets cost?", " Where is the cafe?"]
@@ -1219,6 +1243,7 @@ def main():
         run_test("nan_model", test_nan_model, tmpdir)
         run_test("chat_template_from_gguf", test_chat_template_from_gguf, tmpdir)
     run_test("kv_mem_too_big", test_kv_mem_too_big, TINY)
+    run_test("residual_type", test_residual_type)
     # long answers, so that the tiny model's streams overlap in time
     run_test("batched_streams_equal_alone", test_batched_streams_equal_alone, TINY, 4, 600)
     for name, fn in [("contexts_tiny", test_contexts_tiny), ("contexts_memory", test_contexts_memory),

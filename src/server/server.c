@@ -580,6 +580,7 @@ static int start_slots(server *srv, pkv_error *err) {
     so.session.n_batch = o->n_batch;
     so.session.cache_type_k = o->cache_type_k;
     so.session.cache_type_v = o->cache_type_v;
+    so.session.residual_type = o->residual_type;
     return srv_sched_start(&srv->sc, srv->model, &so, err);
 }
 
