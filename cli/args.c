@@ -160,6 +160,12 @@ bool cli_cache_type(const char *cmd, const char *flag, const char *s, pkv_cache_
     return false;
 }
 
+bool cli_residual_type(const char *cmd, const char *flag, const char *s, pkv_residual_type *out) {
+    if (pkv_residual_type_parse(s, out)) return true;
+    cli_error(cmd, "%s must be f32, f16 or q8_0, got '%s'", flag, s);
+    return false;
+}
+
 void cli_model_id(const char *path, char *out, size_t len) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;

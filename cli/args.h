@@ -38,6 +38,8 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len);
 bool cli_simd(const char *cmd, const char *s, pkv_simd *out);
 /* The value of a cache type flag (--cache-type, -k, -v): f16, f32, q8_0, q4_0. */
 bool cli_cache_type(const char *cmd, const char *flag, const char *s, pkv_cache_type *out);
+/* The value of --residual-type: f32, f16, q8_0. */
+bool cli_residual_type(const char *cmd, const char *flag, const char *s, pkv_residual_type *out);
 
 /* The model's name for titles, file names and the API: the file name without
  * ".gguf" ("models/gemma-3-270m-q4_k_m.gguf" -> "gemma-3-270m-q4_k_m"). */

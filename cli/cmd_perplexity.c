@@ -48,10 +48,7 @@ int cmd_perplexity(int argc, char **argv) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &n)) return EXIT_USAGE;
             so.n_batch = (int)n;
         } else if (!strcmp(f, "--residual-type")) {
-            if (!pkv_residual_type_parse(v, &so.residual_type)) {
-                cli_error(cmd, "%s must be f32, f16 or q8_0, got '%s'", f, v);
-                return EXIT_USAGE;
-            }
+            if (!cli_residual_type(cmd, f, v, &so.residual_type)) return EXIT_USAGE;
         } else if (!strcmp(f, "--chunks")) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &max_chunks)) return EXIT_USAGE;
         } else if (!strcmp(f, "--cache-type")) {

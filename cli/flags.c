@@ -52,10 +52,7 @@ static bool store(const char *cmd, const cli_flag *fl, const char *f, const char
         t->v = t->k;
         return true;
     }
-    case CLI_RESIDUAL_TYPE:
-        if (pkv_residual_type_parse(v, (pkv_residual_type *)field)) return true;
-        cli_error(cmd, "%s must be f32, f16 or q8_0, got '%s'", f, v);
-        return false;
+    case CLI_RESIDUAL_TYPE: return cli_residual_type(cmd, f, v, (pkv_residual_type *)field);
     case CLI_TRUE:
     case CLI_FALSE: break;
     }

@@ -85,6 +85,8 @@ void pkv_work_free(pkv_work *w) {
  * blocks, the quantiser every matmul already applies to its inputs
  * (docs/compression.md measures what each does to perplexity). */
 
+static pkv_layer_ctx ctx_of(pkv_session *s) { return (pkv_layer_ctx){s->model, &s->comp, &s->work}; }
+
 static bool packed_call(const pkv_session *s, int n) {
     return s->opts.residual_type != PKV_RESIDUAL_F32 && n > s->opts.n_batch;
 }
@@ -96,9 +98,7 @@ static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
     w->packed_n = 0;
     int f32_rows = n;
     if (packed_call(s, n)) {
-        size_t row = pkv_residual_row_bytes(s->opts.residual_type, s->model->hp.n_embd);
-        if (row != w->packed_row) w->packed_cap = 0;
-        w->packed_row = row;
+        w->packed_row = pkv_residual_row_bytes(s->opts.residual_type, s->model->hp.n_embd);
         f32_rows = s->opts.n_batch > PKV_LOGIT_ROWS ? s->opts.n_batch : PKV_LOGIT_ROWS;
         if (w->packed_cap < n) {
             if (pkv_work_grow((void **)&w->packed, (size_t)n * w->packed_row, err) ||
@@ -138,7 +138,7 @@ static void residual_keep(pkv_session *s, int r0, int nr) {
 
 /* The call's token embeddings as its residual stream. */
 static void embed_call(pkv_session *s, const int32_t *tokens, int n) {
-    pkv_layer_ctx c = {s->model, &s->comp, &s->work};
+    pkv_layer_ctx c = ctx_of(s);
     int step = s->work.packed_n ? s->opts.n_batch : n;
     for (int r0 = 0; r0 < n; r0 += step) {
         int nr = n - r0 < step ? n - r0 : step;
@@ -264,8 +264,6 @@ void pkv_embed_rows(const pkv_layer_ctx *c, const int32_t *tokens, int n, float 
 }
 
 /* ---------------------------------------------------------------- one layer, one chunk */
-
-static pkv_layer_ctx ctx_of(pkv_session *s) { return (pkv_layer_ctx){s->model, &s->comp, &s->work}; }
 
 /* Attention block of layer il for the chunk's tokens at positions pos; x is
  * the chunk's slice of the residual stream, updated in place. */

@@ -4,10 +4,10 @@
 
 #include "base/clock.h"
 #include "base/error.h"
-#include "engine/residual.h"
 #include "engine/compress.h"
 #include "engine/forward.h"
 #include "engine/reconstruct.h"
+#include "engine/residual.h"
 #include "engine/session.h"
 #include "engine/state.h"
 

@@ -69,9 +69,7 @@ int pkv_press_cmp_ranked(const void *a, const void *b) {
 
 int pkv_press_topk(const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     /* the candidates and marks of one head at a time, reused head after head */
-    int n_max = 0;
-    for (int s = 0; s < sel->n_sel; s++)
-        if (in->n_rows[pkv_sel_kv_head(in, sel, s)] > n_max) n_max = in->n_rows[pkv_sel_kv_head(in, sel, s)];
+    int n_max = pkv_press_max_rows(in);
     pkv_press_ranked *cand = pkv_arena_alloc(in->arena, (size_t)(n_max + 1) * sizeof *cand);
     bool *take = pkv_arena_alloc(in->arena, (size_t)n_max + 1);
     if (!cand || !take) return pkv_fail(err, PKV_ERR_NOMEM, "out of memory selecting rows of layer %d", in->layer);

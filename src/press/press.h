@@ -297,7 +297,6 @@ static inline const float *pkv_press_query(const pkv_press_input *in, int h, int
     return in->q_window + ((size_t)h * rows + r) * in->head_dim_k;
 }
 
-/* KV head of a selection head. */
 /* Keys a cache holds in f16 or a quantised type, read as f32 one KV head at a
  * time into one buffer (a long prompt's copy of every head would be as large
  * as the layer's rows themselves, docs/compression.md). */
@@ -321,6 +320,15 @@ static inline const float *pkv_press_keys(const pkv_press_input *in, int g) {
     return src->buf;
 }
 
+/* The most rows any KV head of the layer holds: the size of a buffer reused head after head. */
+static inline int pkv_press_max_rows(const pkv_press_input *in) {
+    int n_max = 0;
+    for (int g = 0; g < in->n_head_kv; g++)
+        if (in->n_rows[g] > n_max) n_max = in->n_rows[g];
+    return n_max;
+}
+
+/* KV head of a selection head. */
 static inline int pkv_sel_kv_head(const pkv_press_input *in, const pkv_press_selection *sel, int s) {
     return sel->per_query_head ? s / (in->n_head / in->n_head_kv) : s;
 }

@@ -418,9 +418,7 @@ nomem:
 
 static int protokv_score(const void *pp, const pkv_press_input *in, pkv_press_selection *sel, pkv_error *err) {
     const protokv_params *p = pp;
-    int nkv = in->n_head_kv, dim = in->head_dim_k, n_max = 0;
-    for (int g = 0; g < nkv; g++)
-        if (in->n_rows[g] > n_max) n_max = in->n_rows[g];
+    int nkv = in->n_head_kv, dim = in->head_dim_k, n_max = pkv_press_max_rows(in);
     head_clusters *heads = pkv_arena_alloc(in->arena, (size_t)nkv * sizeof *heads);
     scratch_bufs sb = {
         .unit = pkv_arena_alloc(in->arena, (size_t)n_max * dim * sizeof(float) + 4),

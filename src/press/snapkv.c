@@ -95,8 +95,7 @@ static int snapkv_score(const void *pp, const pkv_press_input *in, pkv_press_sel
     int group = in->n_head / in->n_head_kv;
     int n_vote_heads = sel->per_query_head ? 1 : group;
     /* one set of buffers for the layer, reused head after head */
-    int n_max = 0;
-    for (int g = 0; g < in->n_head_kv; g++) n_max = in->n_rows[g] > n_max ? in->n_rows[g] : n_max;
+    int n_max = pkv_press_max_rows(in);
     float **head_votes = pkv_arena_alloc(in->arena, (size_t)n_vote_heads * sizeof(float *));
     float *votes = pkv_arena_alloc(in->arena, (size_t)n_max * sizeof(float) + 4);
     float *scratch = pkv_arena_alloc(in->arena, pkv_press_window_scratch_floats(n_max, in->window) * sizeof(float));
