@@ -175,12 +175,13 @@ void cli_model_id(const char *path, char *out, size_t len) {
 }
 
 pkv_model *cli_load_model(const char *cmd, const char *path, pkv_simd simd) {
-    return cli_load_model_chat(cmd, path, simd, NULL);
+    return cli_load_model_chat(cmd, path, simd, NULL, false);
 }
 
-pkv_model *cli_load_model_chat(const char *cmd, const char *path, pkv_simd simd, const char *chat_template) {
+pkv_model *cli_load_model_chat(const char *cmd, const char *path, pkv_simd simd, const char *chat_template,
+                               bool gguf_layout) {
     pkv_error err;
-    pkv_load_opts lo = {.simd = simd, .chat_template = chat_template};
+    pkv_load_opts lo = {.simd = simd, .chat_template = chat_template, .gguf_layout = gguf_layout};
     pkv_model *m = pkv_model_load(path, &lo, &err);
     if (!m) cli_error(cmd, "%s", err.msg);
     return m;

@@ -48,6 +48,7 @@ void cli_model_id(const char *path, char *out, size_t len);
 /* A model loaded with the error reported; NULL on failure. */
 pkv_model *cli_load_model(const char *cmd, const char *path, pkv_simd simd);
 /* The same with a chat format (--chat-template: a name or a template text; NULL: the model's). */
-pkv_model *cli_load_model_chat(const char *cmd, const char *path, pkv_simd simd, const char *chat_template);
+pkv_model *cli_load_model_chat(const char *cmd, const char *path, pkv_simd simd, const char *chat_template,
+                               bool gguf_layout);
 
 #endif

@@ -41,6 +41,7 @@ static const char BENCH_USAGE[] =
     "                       f16 or q8_0 (half or a quarter of a long prefill's activations)\n"
     "      --seed S         seed of the random tokens\n"
     "      --simd S         auto (default), scalar, avx2, avx512\n"
+    "      --gguf-layout    keep the weights in the file's row layout, not interleaved for decode\n"
     "  -o md|csv            output format (default md)\n"
     "      --svg FILE       plot decode ms/token against prompt length (with --depths)\n"
     "      --no-membw       do not measure memory bandwidth (then no bandwidth-bound fraction)\n"
@@ -338,7 +339,7 @@ int cmd_bench(int argc, char **argv) {
     pkv_bench_result *res = NULL;
     if (build_presses(&a, presses, &n_presses)) goto done;
     rc = EXIT_RUNTIME;
-    if (!(m = cli_load_model(cmd, a.engine.model_path, a.engine.simd))) goto done;
+    if (!(m = cli_load_model_chat(cmd, a.engine.model_path, a.engine.simd, NULL, a.engine.gguf_layout))) goto done;
 
     pkv_model_info mi;
     pkv_model_get_info(m, &mi);

@@ -441,7 +441,7 @@ int cmd_eval(int argc, char **argv) {
     else
         snprintf(rows_path, sizeof rows_path, "%s", results);
 
-    model = cli_load_model_chat("eval", a.model_path, a.simd, a.chat_template);
+    model = cli_load_model_chat("eval", a.model_path, a.simd, a.chat_template, false);
     if (ranks_max(model ? 0 : 1)) {
         exit_code = EXIT_RUNTIME;
         goto done;

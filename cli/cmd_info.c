@@ -45,7 +45,8 @@ int cmd_info(int argc, char **argv) {
         cli_error("info", "a model path is required");
         return EXIT_USAGE;
     }
-    pkv_model *m = cli_load_model("info", path, PKV_SIMD_AUTO);
+    /* nothing is computed: the weights stay as in the file (no interleaving at load) */
+    pkv_model *m = cli_load_model_chat("info", path, PKV_SIMD_AUTO, NULL, true);
     if (!m) return EXIT_RUNTIME;
     pkv_model_info mi;
     pkv_model_get_info(m, &mi);

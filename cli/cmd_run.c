@@ -39,6 +39,7 @@ static const char RUN_USAGE[] =
     "      --cache-type-k T, --cache-type-v T\n"
     "                        the same for keys or for values alone (-ctk, -ctv)\n"
     "      --simd L          auto, scalar, avx2, avx512 (default auto)\n"
+    "      --gguf-layout     keep the weights in the file's row layout (slower decode; for comparisons)\n"
     "      --residual-type T how a long prompt's prefill keeps its residual stream between layers: f32\n"
     "                        (default), f16 or q8_0 (half or a quarter of its activations, for one\n"
     "                        rounding per layer; docs/compression.md)\n"
@@ -216,7 +217,8 @@ int cmd_run(int argc, char **argv) {
 
     pkv_press_cfg *press = press_args_build(&a.press, "run");
     if (!press) return EXIT_USAGE;
-    pkv_model *model = cli_load_model_chat("run", a.engine.model_path, a.engine.simd, a.engine.chat_template);
+    pkv_model *model = cli_load_model_chat("run", a.engine.model_path, a.engine.simd, a.engine.chat_template,
+                                             a.engine.gguf_layout);
     char *context = model ? read_text_arg("run", a.prompt, a.prompt_file) : NULL;
     char *question = context ? read_text_arg("run", a.question, a.question_file) : NULL;
     pkv_session *s = NULL;

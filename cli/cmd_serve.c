@@ -53,6 +53,7 @@ static const char SERVE_USAGE[] =
     "      --cache-type-k T, --cache-type-v T\n"
     "                          the same for keys or for values alone (-ctk, -ctv)\n"
     "      --simd L            auto, scalar, avx2, avx512 (default auto)\n"
+    "      --gguf-layout       keep the weights in the file's row layout (slower decode; for comparisons)\n"
     "      --chat-template T   the chat format of /v1/chat/completions instead of the one detected in the\n"
     "                          model's template: a name (chatml, llama3, mistral-v7, ...) or a template text\n"
     "      --quiet             no line per request on stderr\n"
@@ -150,7 +151,8 @@ int cmd_serve(int argc, char **argv) {
     cli_model_id(a.engine.model_path, model_id, sizeof model_id);
     a.opts.model_id = a.alias ? a.alias : model_id;
 
-    pkv_model *model = cli_load_model_chat("serve", a.engine.model_path, a.engine.simd, a.engine.chat_template);
+    pkv_model *model = cli_load_model_chat("serve", a.engine.model_path, a.engine.simd, a.engine.chat_template,
+                                             a.engine.gguf_layout);
     if (!model) return EXIT_RUNTIME;
     pkv_model_info info;
     pkv_model_get_info(model, &info);

@@ -50,7 +50,8 @@ int cmd_tokenize(int argc, char **argv) {
         text = cli_read_file(cmd, file, &len);
         if (!text) return EXIT_RUNTIME;
     }
-    pkv_model *m = cli_load_model(cmd, model_path, PKV_SIMD_AUTO);
+    /* nothing is computed: the weights stay as in the file (no interleaving at load) */
+    pkv_model *m = cli_load_model_chat(cmd, model_path, PKV_SIMD_AUTO, NULL, true);
     if (!m) {
         free(text);
         return EXIT_RUNTIME;

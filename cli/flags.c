@@ -15,6 +15,7 @@ const cli_flag CLI_ENGINE_FLAGS[] = {
     {"--cache-type-v", "-ctv", CLI_CACHE_TYPE, offsetof(cli_engine_args, cache.v), 0, 0, NULL},
     {"--simd", NULL, CLI_SIMD, offsetof(cli_engine_args, simd), 0, 0, NULL},
     {"--chat-template", NULL, CLI_TEXT, offsetof(cli_engine_args, chat_template), 0, 0, NULL},
+    {"--gguf-layout", NULL, CLI_TRUE, offsetof(cli_engine_args, gguf_layout), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -55,10 +55,11 @@ typedef struct {
     cli_cache_types cache;
     pkv_simd simd;
     const char *chat_template; /* --chat-template: a chat format's name or a template text; NULL: the model's */
+    bool gguf_layout;          /* --gguf-layout: weights as in the file (pkv_load_opts.gguf_layout) */
 } cli_engine_args;
 
 /* -m/--model, -t/--threads, -b/--batch, --cache-type, --cache-type-k/-ctk,
- * --cache-type-v/-ctv, --simd, --chat-template */
+ * --cache-type-v/-ctv, --simd, --chat-template, --gguf-layout */
 extern const cli_flag CLI_ENGINE_FLAGS[];
 
 /* Parses argv[*i] with the shared flags into engine (when not NULL), then the

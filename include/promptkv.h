@@ -101,6 +101,10 @@ typedef struct {
      * architecture); or a format's name ("chatml", "llama3", "mistral-v7",
      * ...) or a template text to detect it in; unknown fails the load. */
     const char *chat_template;
+    /* keep the weights in the file's row layout instead of interleaving the
+     * legacy types by 8 rows for the decode kernels (docs/engine.md §2.5):
+     * slower decode, the same results within float rounding; for comparisons */
+    bool gguf_layout;
 } pkv_load_opts;
 
 pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error *err);

@@ -56,6 +56,7 @@ typedef struct {
     bool exact_matmul;   /* dequantise weight rows and dot in f32 (no activation quantisation) */
     double decisive_gap; /* top-1 compared only where the reference leads by this much */
     pkv_residual_type residual; /* pkv_session_opts.residual_type */
+    bool gguf_layout;    /* pkv_load_opts.gguf_layout: no interleaved weights */
 } run_cfg;
 
 /* Runs the fixture's prompt (all logits) and decode steps; fills acc. The
@@ -70,7 +71,7 @@ static bool run_fixture_ref(const char *name, const char *ref_suffix, const run_
         return false;
     }
     pkv_error err;
-    pkv_load_opts lo = {.simd = cfg->simd};
+    pkv_load_opts lo = {.simd = cfg->simd, .gguf_layout = cfg->gguf_layout};
     pkv_model *m = pkv_model_load(gguf_path, &lo, &err);
     if (!m) {
         test_fail(__FILE__, __LINE__, "%s", err.msg);
@@ -183,6 +184,33 @@ TEST(model_golden_quant_exact) {
 TEST(model_golden_quant_fused) {
     run_cfg cfg = {.n_threads = 2, .n_batch = 512, .decisive_gap = 0.5};
     for (size_t i = 0; i < sizeof QUANT_FIXTURES / sizeof *QUANT_FIXTURES; i++) check_fixture(QUANT_FIXTURES[i], &cfg, 1.0, 0.12, 0);
+}
+
+/* The legacy types' weights are interleaved by 8 rows at load where the CPU
+ * has the decode kernel (kernels/repack.h); the fixtures' are (every matrix
+ * has a multiple of 8 rows), and with or without it the fused path is as
+ * close to transformers as model_golden_quant_fused asks. */
+TEST(model_interleaved_weights_and_file_layout) {
+    static const char *names[] = {"tiny-llama-q8_0", "tiny-llama-q5_0", "tiny-llama-q4_0", "tiny-gemma3-q8_0"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/fixtures/models/%s.gguf", names[i]);
+        pkv_error err;
+        pkv_model *m = pkv_model_load(path, NULL, &err);
+        REQUIRE_MSG(m, "%s", err.msg);
+        int n_x8 = m->output.x8;
+        for (int il = 0; il < m->hp.n_layer; il++)
+            n_x8 += m->layers[il].wq.x8 + m->layers[il].wo.x8 + m->layers[il].w_up.x8 + m->layers[il].w_down.x8;
+        const bool expected = m->kern->matvec_x8[m->layers[0].wq.type] != NULL;
+        CHECK_MSG(!expected || n_x8 == 1 + 4 * m->hp.n_layer, "%s: %d of %d weights interleaved", names[i], n_x8,
+                  1 + 4 * m->hp.n_layer);
+        CHECK_MSG(expected || n_x8 == 0, "%s: interleaved without the kernel", names[i]);
+        pkv_model_free(m);
+        for (int layout = 0; layout < 2; layout++) {
+            run_cfg cfg = {.n_threads = 2, .n_batch = 512, .decisive_gap = 0.5, .gguf_layout = layout};
+            check_fixture(names[i], &cfg, 1.0, 0.12, 0);
+        }
+    }
 }
 
 /* LongRoPE (docs/engine.md §5.3): a session whose context is no longer than

@@ -21,6 +21,7 @@
 #include "base/threads.h"
 #include "kernels/f16.h"
 #include "kernels/levels.h"
+#include "kernels/repack.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "test.h"
@@ -101,8 +102,9 @@ static pkv_gemm_fn ref_gemm(uint32_t type) {
  * quantiser, then tiles of 8 rows over K chunks of `chunk` elements and
  * `groups_per_call` groups per call with `gemm`; the last chunk writes
  * y[t][m]. */
-static void gemm_product(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t type, const uint8_t *w, int64_t M,
-                         int64_t K, const float *x, int n_tok, int64_t chunk, int groups_per_call, float *y) {
+static void gemm_product_x8(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t type, const uint8_t *w, bool x8,
+                            int64_t M, int64_t K, const float *x, int n_tok, int64_t chunk, int groups_per_call,
+                            float *y) {
     const pkv_pack_kind kind = pkv_pack_kind_of(type);
     const uint64_t gb = pkv_pack_group_bytes(kind, K);
     const int n_groups = (n_tok + PKV_GEMM_TOK - 1) / PKV_GEMM_TOK;
@@ -118,6 +120,7 @@ static void gemm_product(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t typ
         for (int g0 = 0; g0 < n_groups; g0 += groups_per_call) {
             pkv_gemm_args a = {
                 .w = w + m0 * rb,
+                .x8 = x8,
                 .row_bytes = rb,
                 .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
                 .act = packed + (size_t)g0 * gb,
@@ -139,6 +142,11 @@ static void gemm_product(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t typ
     free(packed);
     free(tmp);
     free(acc);
+}
+
+static void gemm_product(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t type, const uint8_t *w, int64_t M,
+                         int64_t K, const float *x, int n_tok, int64_t chunk, int groups_per_call, float *y) {
+    gemm_product_x8(kern, gemm, type, w, false, M, K, x, n_tok, chunk, groups_per_call, y);
 }
 
 static bool same_floats(const float *a, const float *b, size_t n) {
@@ -187,6 +195,40 @@ TEST(ops_gemm_levels_and_tilings_bit_identical) {
             }
         }
         free(w), free(x), free(want), free(got);
+    }
+}
+
+/* On weights interleaved by 8 rows (kernels/repack.h) the batched kernels of
+ * a table that interleaves them, and the scalar reference, stage the same
+ * quants and scales as from the file's rows: the same bits. */
+TEST(ops_gemm_interleaved_weights_bit_identical) {
+    static const uint32_t types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0};
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR), *k = pkv_kernels_get(PKV_SIMD_AUTO);
+    uint64_t rng = 13;
+    const int64_t M = 24, K = 1280;
+    const int n_tok = 21;
+    for (int ti = 0; ti < 3; ti++) {
+        const uint32_t type = types[ti];
+        const uint64_t rb = pkv_row_bytes(type, K);
+        uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M);
+        float *x = malloc((size_t)n_tok * K * sizeof(float));
+        float *want = malloc((size_t)n_tok * M * sizeof(float)), *got = malloc((size_t)n_tok * M * sizeof(float));
+        random_rows(type, K, M, w, &rng, 0.1f);
+        random_acts(x, (int64_t)n_tok * K, &rng);
+        pkv_x8_repack(type, w, rb, K, M, w8);
+        gemm_product(sk, ref_gemm(type), type, w, M, K, x, n_tok, 1024, 2, want);
+        gemm_product_x8(sk, ref_gemm(type), type, w8, true, M, K, x, n_tok, 1024, 2, got);
+        CHECK_MSG(same_floats(want, got, (size_t)n_tok * M), "%s: reference on interleaved rows differs",
+                  pkv_type_get(type)->name);
+        if (k->matvec_x8[type]) {
+            for (int c = 0; c < 2; c++) {
+                memset(got, 0, (size_t)n_tok * M * sizeof(float));
+                gemm_product_x8(k, k->gemm[type], type, w8, true, M, K, x, n_tok, c ? 96 : 1024, 1 + c, got);
+                CHECK_MSG(same_floats(want, got, (size_t)n_tok * M), "%s %s chunk %d: interleaved rows differ",
+                          pkv_type_get(type)->name, pkv_simd_name(k->level), c ? 96 : 1024);
+            }
+        }
+        free(w), free(w8), free(x), free(want), free(got);
     }
 }
 

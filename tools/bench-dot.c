@@ -3,7 +3,7 @@
  * matrix of M rows of K elements (docs/performance.md "Where a target is
  * missed", docs/server.md "Measured: concurrent streams").
  *
- *   build/bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar]
+ *   build/bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar] [--x8]
  *
  * TYPE is a weight type name (q4_0, q5_0, q8_0, q4_K, q6_K, ...). The weights
  * are random bytes with every block scale set to 1/64 (finite values whatever
@@ -14,7 +14,9 @@
  * does. Prints the best of N passes over the matrix: ms, weight bytes read
  * per second, and ns per 32-element block and activation row. A matrix far
  * larger than the last-level cache (e.g. 896 x 151936) measures streaming
- * from memory, a small one the arithmetic alone.
+ * from memory, a small one the arithmetic alone. --x8 repacks the matrix with
+ * 8 rows interleaved (kernels/repack.h) and times the decode kernel the model
+ * then uses (matvec_x8, all R activation rows in one call per 64 rows).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +27,11 @@
 #include "base/prng.h"
 #include "kernels/f16.h"
 #include "kernels/quant.h"
+#include "kernels/repack.h"
 #include "kernels/table.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar]\n");
+    fprintf(stderr, "usage: bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar] [--x8]\n");
     return 2;
 }
 
@@ -52,7 +55,13 @@ int main(int argc, char **argv) {
     if (argc < 4) return usage();
     int rows = 1, reps = 5;
     pkv_simd level = PKV_SIMD_AUTO;
+    bool x8 = false;
     for (int i = 4; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--x8")) {
+            x8 = true;
+            i--;
+            continue;
+        }
         if (i + 1 >= argc) return usage();
         if (!strcmp(argv[i], "--rows")) rows = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -93,10 +102,25 @@ int main(int argc, char **argv) {
         k->quantize[at](x, a + (uint64_t)r * ab, K);
     }
     pkv_vec_dot_rows_fn dot_rows = rows > 1 ? k->vec_dot_rows[type] : NULL;
+    pkv_matvec_x8_fn matvec = x8 ? k->matvec_x8[type] : NULL;
+    if (x8) {
+        if (!matvec || !pkv_x8_supported(type, K, M)) {
+            fprintf(stderr, "bench-dot: no interleaved kernel for %s at %s, or M not a multiple of 8\n", ti->name,
+                    pkv_simd_name(k->level));
+            return 2;
+        }
+        uint8_t *w8 = malloc(rb * (uint64_t)M);
+        if (!w8) return 1;
+        pkv_x8_repack(type, w, rb, K, M, w8);
+        free(w);
+        w = w8;
+    }
     double best = 1e30;
     for (int rep = 0; rep < reps; rep++) {
         const double t0 = pkv_now_seconds();
-        for (int64_t m = 0; m < M; m++) {
+        for (int64_t m = 0; matvec && m < M; m += 64)
+            matvec(K, w + (uint64_t)m * rb, M - m < 64 ? M - m : 64, a, ab, rows, y + m, M);
+        for (int64_t m = 0; !matvec && m < M; m++) {
             const uint8_t *row = w + (uint64_t)m * rb;
             if (dot_rows) dot_rows(K, row, a, ab, rows, y + m, M);
             else
@@ -109,7 +133,7 @@ int main(int argc, char **argv) {
     printf("%s %s, %lld x %lld, %d activation row%s (%s): %.3f ms, %.2f GB/s of weights, %.3f ns per 32-element "
            "block and row\n",
            ti->name, pkv_simd_name(k->level), (long long)M, (long long)K, rows, rows > 1 ? "s" : "",
-           dot_rows ? "vec_dot_rows" : "vec_dot", best * 1e3, (double)rb * M / best / 1e9, best * 1e9 / blocks);
+           matvec ? "matvec_x8" : dot_rows ? "vec_dot_rows" : "vec_dot", best * 1e3, (double)rb * M / best / 1e9, best * 1e9 / blocks);
     free(w), free(a), free(x), free(y);
     return 0;
 }

@@ -21,6 +21,7 @@
 
 #include "kernels/f16.h"
 #include "kernels/levels.h"
+#include "kernels/repack.h"
 #include "kernels/table.h"
 
 /* ------------------------------------------------------------------ pack geometry */
@@ -172,7 +173,10 @@ static void gemm_legacy(const pkv_gemm_args *a, uint32_t type, int offset) {
     float dw[PKV_GEMM_KC_Q / QK8_0];
     for (int r = 0; r < a->n_rows; r++) {
         const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
-        for (int64_t b = 0; b < nb; b++) dw[b] = unpack_legacy(type, row, b0 + b, u + 32 * b);
+        int x8_offset;
+        for (int64_t b = 0; b < nb; b++)
+            dw[b] = a->x8 ? pkv_x8_unpack_block(type, a->w, r, b0 + b, u + 32 * b, &x8_offset)
+                          : unpack_legacy(type, row, b0 + b, u + 32 * b);
         for (int g = 0; g < a->n_groups; g++) {
             float *acc = acc_of(a, g, r);
             const uint8_t *grp = (const uint8_t *)a->act + (size_t)g * a->group_bytes + (size_t)b0 * PACK32_BYTES;

@@ -13,6 +13,7 @@
 #ifndef PKV_KERNEL_LEVELS_H
 #define PKV_KERNEL_LEVELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/table.h"
@@ -39,6 +40,16 @@
 #define X(T) PKV_DECLARE_VEC_DOT_ROWS(avx2, T) PKV_DECLARE_VEC_DOT_ROWS(avx512, T)
 PKV_VEC_DOT_ROWS_TYPES(X)
 #undef X
+/* The decode kernel on interleaved weights (table.h matvec_x8, repack.h),
+ * AVX-512 only (it needs vpdpbusd's unsigned x signed bytes), and its
+ * staging of interleaved blocks for the batched matmul. */
+#define X(T)                                                                                                 \
+    void pkv_matvec_x8_##T##_avx512(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                    int n_act, float *y, int64_t ldy);
+PKV_VEC_DOT_ROWS_TYPES(X)
+#undef X
+void pkv_x8_stage_avx512(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
+                         float *dw, size_t dw_stride);
 
 #define PKV_DECLARE_FLOAT_HELPERS(LEVEL)                                                        \
     float pkv_dot_f32_##LEVEL(int64_t n, const float *a, const float *b);                      \

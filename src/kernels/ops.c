@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/repack.h"
+
 /* ---------------------------------------------------------------- matmul
  *
  * Two paths. With few tokens (decode) each weight row is dotted with each
@@ -40,6 +42,7 @@ static pkv_pack_kind gemm_pack_of(const pkv_kernels *k, const pkv_tensor *w, int
     /* the batched kernels are the fused dot products' batched form: a table
      * without the fused dot (tests' exact mode) has neither */
     if (n_tok < GEMM_MIN_TOK || !k->gemm[w->type] || !k->vec_dot[w->type]) return PKV_PACK_NONE;
+    if (w->x8 && !k->matvec_x8[w->type]) return PKV_PACK_NONE; /* this table's gemm reads GGUF rows only */
     pkv_pack_kind kind = pkv_pack_kind_of(w->type);
     if (kind == PKV_PACK_NONE || w->ne[0] % pkv_pack_block_elems(kind) != 0) return PKV_PACK_NONE;
     return kind;
@@ -116,6 +119,20 @@ static void dot_item(void *arg, int64_t item, int ith) {
     const char *wdata = w->data;
     pkv_vec_dot_fn dot = j->kern->vec_dot[w->type];
     pkv_vec_dot_rows_fn dot_rows = j->kern->vec_dot_rows[w->type];
+    pkv_matvec_x8_fn matvec_x8 = j->kern->matvec_x8[w->type];
+    if (w->x8) {
+        /* interleaved rows: m0 and m1 are multiples of 8 (row chunks of 16, M of 8) */
+        if (dot && matvec_x8) {
+            matvec_x8(K, wdata + m0 * w->row_bytes, m1 - m0, j->act, j->act_row_bytes, j->n_tok, y + m0, M);
+            return;
+        }
+        float *row = thread_floats(j, ith);
+        for (int64_t m = m0; m < m1; m++) {
+            pkv_x8_dequant_row(w->type, wdata + m / 8 * 8 * w->row_bytes, (int)(m % 8), K, row);
+            for (int t = 0; t < j->n_tok; t++) y[(int64_t)t * M + m] = j->kern->dot_f32(K, row, j->x + t * K);
+        }
+        return;
+    }
     if (dot && dot_rows && j->n_tok > 1) {
         /* each weight row unpacked once for every activation row; the same bits as dot row by row */
         for (int64_t m = m0; m < m1; m++)
@@ -194,6 +211,7 @@ static void gemm_item(void *arg, int64_t item, int ith) {
         pkv_gemm_args a = {
             .w = (const char *)w->data + m0 * w->row_bytes,
             .row_bytes = w->row_bytes,
+            .x8 = w->x8,
             .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
             .act = (const char *)j->packed + (size_t)g0 * j->group_bytes,
             .group_bytes = j->group_bytes,
@@ -272,6 +290,10 @@ void pkv_matmul(const pkv_compute *c, const pkv_tensor *w, const float *x, int n
 }
 
 void pkv_get_row(const pkv_compute *c, const pkv_tensor *w, int64_t row, float *out) {
+    if (w->x8) {
+        pkv_x8_dequant_row(w->type, (const char *)w->data + row / 8 * 8 * w->row_bytes, (int)(row % 8), w->ne[0], out);
+        return;
+    }
     c->kern->dequant[w->type]((const char *)w->data + row * w->row_bytes, out, w->ne[0]);
 }
 

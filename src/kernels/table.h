@@ -130,6 +130,16 @@ typedef float (*pkv_vec_dot_fn)(int64_t n, const void *weight_row, const void *a
  * batched decode step: docs/design.md "Batched decode"). */
 typedef void (*pkv_vec_dot_rows_fn)(int64_t n, const void *weight_row, const void *act, uint64_t act_stride,
                                     int n_rows, float *out, int64_t out_stride);
+/* The decode matrix-vector product on weights interleaved by 8 rows
+ * (kernels/repack.h, docs/engine.md §2.5): n_rows (a multiple of 8) rows
+ * starting at the group w, each dotted with n_act Q8_0 activation rows
+ * (act_stride bytes apart) into y[a * ldy + row]. A row's result has the
+ * same bits whatever n_act (pkv_matvec_x8_ref's), so a batched step equals
+ * single steps. A table with this kernel for a type also has a gemm for it
+ * that reads interleaved weights (pkv_gemm_args.x8); the model interleaves a
+ * weight only then. */
+typedef void (*pkv_matvec_x8_fn)(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,
+                                 int n_act, float *y, int64_t ldy);
 
 /* ------------------------------------------------------------------ batched matmul (prefill)
  *
@@ -175,7 +185,8 @@ uint64_t pkv_pack_group_bytes(pkv_pack_kind kind, int64_t k);
 int64_t pkv_pack_max_chunk(pkv_pack_kind kind);
 
 typedef struct {
-    const void *w;       /* first of n_rows weight rows */
+    const void *w;       /* first of n_rows weight rows, or (x8) their interleaved group */
+    bool x8;             /* weights interleaved by 8 rows (kernels/repack.h); n_rows is 8 */
     uint64_t row_bytes;
     int n_rows;          /* 1..PKV_GEMM_ROWS; acc rows >= n_rows are left undefined */
     int64_t k0, k1;      /* K range (elements, multiples of the pack block, k1-k0 <= max chunk) */
@@ -216,6 +227,8 @@ typedef struct pkv_kernels {
     pkv_vec_dot_fn vec_dot[PKV_TYPE_COUNT];
     /* NULL where the type has none: vec_dot row by row does the same */
     pkv_vec_dot_rows_fn vec_dot_rows[PKV_TYPE_COUNT];
+    /* NULL where the type is never interleaved at this level */
+    pkv_matvec_x8_fn matvec_x8[PKV_TYPE_COUNT];
 
     /* float helpers used by attention, norms and the KV cache */
     float (*dot_f32)(int64_t n, const float *a, const float *b);

@@ -448,6 +448,7 @@ pkv_model *pkv_model_load(const char *path, const pkv_load_opts *opts, pkv_error
         goto fail;
     model->has_chat_template = gguf_find_kv(&model->file, "tokenizer.chat_template") != NULL;
     model->kern = pkv_kernels_get(opts ? opts->simd : PKV_SIMD_AUTO);
+    if (!(opts && opts->gguf_layout) && pkv_model_interleave(model, err)) goto fail;
     return model;
 fail:
     pkv_model_free(model);
@@ -458,6 +459,7 @@ void pkv_model_free(pkv_model *model) {
     if (!model) return;
     pkv_tokenizer_free(model->tok);
     free(model->layers);
+    pkv_model_free_interleaved(model);
     free(model->hp.layer_swa);
     gguf_close(&model->file);
     free(model);

@@ -70,6 +70,8 @@ struct pkv_model {
     pkv_chat_style chat;        /* the chat format (text/chat.h) */
     bool has_chat_template;     /* tokenizer.chat_template is present */
     const pkv_kernels *kern;
+    void *x8_data;              /* the interleaved weights (interleave.c, mapped), or NULL */
+    uint64_t x8_bytes;
     uint64_t n_params;
     uint64_t weight_bytes;
     _Atomic uint64_t fingerprint; /* pkv_model_fingerprint once computed; 0 before */
@@ -82,6 +84,11 @@ struct pkv_model {
  * a sliding window the model states but does not apply (§3.6). */
 int pkv_model_session_rope(const pkv_model *m, int n_ctx, pkv_rope_params *global, pkv_rope_params *local,
                            pkv_error *err);
+
+/* Interleaves the matmul weights by 8 rows where model->kern has the decode
+ * kernel for them (interleave.c); 0 or an error. */
+int pkv_model_interleave(pkv_model *model, pkv_error *err);
+void pkv_model_free_interleaved(pkv_model *model);
 
 /* True for a layer that attends to all previous tokens (and so is pressed). */
 static inline bool pkv_layer_is_full(const pkv_model *m, int layer) {

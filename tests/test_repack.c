@@ -1,0 +1,114 @@
+/* Eight-row interleaved weights (kernels/repack.h): the layout keeps every
+ * quant and scale, the decode kernel computes its scalar reference's bits
+ * whatever the number of activation rows, and that reference is the GGUF
+ * rows' dot product up to float rounding. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/prng.h"
+#include "kernels/f16.h"
+#include "kernels/quant.h"
+#include "kernels/repack.h"
+#include "test.h"
+
+static const uint32_t x8_types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0};
+
+static float rng_sym(uint64_t *s) { return (float)((double)(pkv_splitmix64(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+
+/* Random quant bytes with finite fp16 scales of magnitude up to mag (either
+ * sign); extreme = 1: every quant byte 0x80, 2: 0xFF (the types' extremes). */
+static void random_rows(uint32_t type, int64_t k, int64_t m, uint8_t *w, uint64_t *rng, float mag, int extreme) {
+    const pkv_type_info *ti = pkv_type_get(type);
+    const uint64_t bytes = pkv_row_bytes(type, k) * (uint64_t)m;
+    for (uint64_t i = 0; i < bytes; i++) w[i] = extreme ? (extreme == 1 ? 0x80 : 0xFF) : (uint8_t)pkv_splitmix64(rng);
+    for (uint64_t b = 0; b < bytes; b += (uint64_t)ti->block_bytes) {
+        const uint16_t h = pkv_f32_to_f16(extreme ? 1.0f : rng_sym(rng) * mag);
+        memcpy(w + b, &h, 2);
+    }
+}
+
+static bool same_bits(float a, float b) { return pkv_f32_to_bits(a) == pkv_f32_to_bits(b); }
+
+/* Row by row, the interleaved layout dequantises to exactly the GGUF row. */
+TEST(repack_rows_dequantise_as_the_file) {
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    uint64_t rng = 11;
+    for (int ti = 0; ti < 3; ti++) {
+        const uint32_t type = x8_types[ti];
+        const int64_t K = 96, M = 24;
+        const uint64_t rb = pkv_row_bytes(type, K);
+        uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M);
+        float want[96], got[96];
+        random_rows(type, K, M, w, &rng, 0.5f, 0);
+        CHECK(pkv_x8_supported(type, K, M));
+        CHECK(!pkv_x8_supported(type, K, M - 4));
+        pkv_x8_repack(type, w, rb, K, M, w8);
+        CHECK_MSG(memcmp(w, w8, rb * M) != 0, "%s: the layout did not change", pkv_type_get(type)->name);
+        for (int64_t m = 0; m < M; m++) {
+            sk->dequant[type](w + m * rb, want, K);
+            pkv_x8_dequant_row(type, w8 + m / 8 * 8 * rb, (int)(m % 8), K, got);
+            for (int e = 0; e < K; e++)
+                CHECK_MSG(same_bits(want[e], got[e]), "%s row %lld element %d: %g vs %g", pkv_type_get(type)->name,
+                          (long long)m, e, got[e], want[e]);
+        }
+        free(w), free(w8);
+    }
+    CHECK(!pkv_x8_supported(PKV_TYPE_Q4_K, 256, 8));
+}
+
+/* The vector kernel against its scalar reference, bit for bit, for 1..9
+ * activation rows at once (every row's result as when it is alone), block
+ * counts odd and even, random and extreme quants; and the reference against
+ * the GGUF rows' vec_dot within float rounding. */
+TEST(repack_matvec_equals_reference) {
+    const pkv_kernels *k = pkv_kernels_get(PKV_SIMD_AUTO);
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    enum { MAX_ACT = 9 };
+    static const int64_t lengths[] = {32, 96, 896, 1280};
+    uint64_t rng = 5;
+    int checked = 0;
+    for (int ti = 0; ti < 3; ti++) {
+        const uint32_t type = x8_types[ti];
+        if (!k->matvec_x8[type]) continue; /* a CPU without AVX-512 VNNI: the weights stay as in the file */
+        for (int li = 0; li < 4; li++) {
+            const int64_t K = lengths[li], M = 16;
+            const uint64_t rb = pkv_row_bytes(type, K), ab = pkv_row_bytes(PKV_TYPE_Q8_0, K);
+            uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M), *act = malloc(ab * MAX_ACT);
+            float *x = malloc(sizeof(float) * K);
+            float got[MAX_ACT * M], ref[MAX_ACT * M], one[M];
+            for (int rep = 0; rep < 3; rep++) {
+                random_rows(type, K, M, w, &rng, 0.1f, rep);
+                for (int a = 0; a < MAX_ACT; a++) {
+                    for (int64_t i = 0; i < K; i++) x[i] = rep ? ((a + i) % 2 ? -1.0f : 1.0f) : rng_sym(&rng) * 3.0f;
+                    k->quantize[PKV_TYPE_Q8_0](x, act + a * ab, K);
+                }
+                pkv_x8_repack(type, w, rb, K, M, w8);
+                pkv_matvec_x8_ref(type, K, w8, M, act, ab, MAX_ACT, ref, M);
+                for (int n_act = 1; n_act <= MAX_ACT; n_act++) {
+                    k->matvec_x8[type](K, w8, M, act, ab, n_act, got, M);
+                    for (int i = 0; i < n_act * M; i++) {
+                        CHECK_MSG(same_bits(got[i], ref[i]), "%s K=%lld rep %d n_act %d act %d row %d: %.9g vs ref %.9g",
+                                  pkv_type_get(type)->name, (long long)K, rep, n_act, (int)(i / M), (int)(i % M), got[i], ref[i]);
+                        checked++;
+                    }
+                }
+                /* the reference is the dot product of the file's rows */
+                for (int a = 0; a < MAX_ACT; a++) {
+                    for (int64_t m = 0; m < M; m++) {
+                        const float want = sk->vec_dot[type](K, w + m * rb, act + a * ab);
+                        const float tol = 1e-5f * (fabsf(want) + 1e-3f * (float)K * 128.0f);
+                        CHECK_MSG(fabsf(ref[a * M + m] - want) <= tol, "%s K=%lld rep %d: %.9g vs vec_dot %.9g",
+                                  pkv_type_get(type)->name, (long long)K, rep, ref[a * M + m], want);
+                    }
+                }
+                /* a row range starting at a later group reads that group */
+                k->matvec_x8[type](K, w8 + 8 * rb, 8, act, ab, 1, one, M);
+                for (int m = 0; m < 8; m++) CHECK(same_bits(one[m], ref[8 + m]));
+            }
+            free(w), free(w8), free(act), free(x);
+        }
+    }
+    /* where the CPU has AVX-512 VNNI, the kernels were there to check */
+    CHECK(pkv_simd_detect() != PKV_SIMD_AVX512 || checked > 0);
+}
