@@ -14,7 +14,7 @@
 #include "kernels/repack.h"
 #include "model/model.h"
 
-enum { MAX_WEIGHTS_PER_LAYER = 7 };
+enum { MAX_WEIGHTS_PER_LAYER = 7, SLICE_BYTES = 8 << 20 };
 
 /* The tensors a matmul reads whole: every layer's projections, and the
  * output matrix. An untied token embedding is only ever read a row at a
@@ -70,8 +70,17 @@ int pkv_model_interleave(pkv_model *m, pkv_error *err) {
     for (int i = 0; i < n; i++) {
         pkv_tensor *t = w[i];
         if (!can_interleave(m, t)) continue;
-        pkv_x8_repack(t->type, t->data, t->row_bytes, t->ne[0], t->ne[1], dst);
-        release_file_pages(m, t->data, t->nbytes);
+        /* a slice at a time, each slice's file pages released once copied:
+         * loading never holds a whole large matrix twice (the peak stays the
+         * running process's, which the memory-cap benchmark measures) */
+        const int64_t slice = SLICE_BYTES / (PKV_X8_ROWS * t->row_bytes) * PKV_X8_ROWS;
+        for (int64_t r0 = 0; r0 < t->ne[1]; r0 += slice) {
+            const int64_t n_rows = t->ne[1] - r0 < slice ? t->ne[1] - r0 : slice;
+            const uint8_t *src = (const uint8_t *)t->data + (uint64_t)r0 * t->row_bytes;
+            pkv_x8_repack(t->type, src, t->row_bytes, t->ne[0], n_rows, dst + (uint64_t)r0 * t->row_bytes);
+            release_file_pages(m, src, (uint64_t)n_rows * t->row_bytes);
+        }
+        release_file_pages(m, t->data, t->nbytes); /* the pages that straddled two slices */
         t->data = dst;
         t->x8 = true;
         dst += (t->nbytes + 63) & ~(uint64_t)63;
