@@ -21,6 +21,8 @@
 #   llama1b-mem-lean         the same for snapkv with Q8_0 rows and an f16 or Q8_0 residual stream, and
 #                            llama.cpp's full f16 cache (tools/llamacpp-memfit.sh; LLAMA_BENCH) at the same probes
 #   gemma-roofline, qwen05-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
+#   decode-layout            tg64 of the three models with the weights interleaved at load and with --gguf-layout,
+#                            alternating, ROUNDS rounds
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
 #   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
@@ -196,6 +198,18 @@ step_llama1b-mem-lean() {
     fi
 }
 
+# decode with the legacy weights interleaved by 8 rows at load (the default, docs/engine.md §2.5)
+# against the file's row layout (--gguf-layout), the same binary, alternating, ROUNDS rounds
+step_decode-layout() {
+    need_q05
+    need_gemma
+    need_1b
+    local cmd="for r in \$(seq $ROUNDS); do for m in $Q05 $GEMMA $L1B; do for l in --gguf-layout ''; do"
+    cmd+=" echo \"== \$m \${l:-interleaved} round \$r\"; $PROMPTKV bench -m \$m -p 0 -n 64 -r $REPS -t $THREADS \$l;"
+    cmd+=" done; done; done"
+    run decode-layout bash -c "$cmd"
+}
+
 # concurrent streams: batched steps against the same streams decoded one by one, in the library
 streams() {
     local step=$1 model=$2
@@ -227,8 +241,8 @@ step_llama1b-serve() {
 }
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
-     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline qwen05-prefill-fa
-     threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve)
+     llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline decode-layout
+     qwen05-prefill-fa threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do
