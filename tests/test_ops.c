@@ -203,7 +203,7 @@ TEST(ops_gemm_levels_and_tilings_bit_identical) {
  * quants and scales as from the file's rows: the same bits. */
 TEST(ops_gemm_interleaved_weights_bit_identical) {
     static const uint32_t types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0};
-    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR), *k = pkv_kernels_get(PKV_SIMD_AUTO);
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
     uint64_t rng = 13;
     const int64_t M = 24, K = 1280;
     const int n_tok = 21;
@@ -220,7 +220,11 @@ TEST(ops_gemm_interleaved_weights_bit_identical) {
         gemm_product_x8(sk, ref_gemm(type), type, w8, true, M, K, x, n_tok, 1024, 2, got);
         CHECK_MSG(same_floats(want, got, (size_t)n_tok * M), "%s: reference on interleaved rows differs",
                   pkv_type_get(type)->name);
-        if (k->matvec_x8[type]) {
+        for (pkv_simd level = PKV_SIMD_AVX2; level <= pkv_simd_detect(); level++) {
+            const pkv_kernels *k = pkv_kernels_get(level);
+            CHECK_MSG(k->matvec_x8[type] && k->gemm[type], "%s: %s interleaves without both kernels",
+                      pkv_type_get(type)->name, pkv_simd_name(level));
+            if (!k->matvec_x8[type]) continue;
             for (int c = 0; c < 2; c++) {
                 memset(got, 0, (size_t)n_tok * M * sizeof(float));
                 gemm_product_x8(k, k->gemm[type], type, w8, true, M, K, x, n_tok, c ? 96 : 1024, 1 + c, got);

@@ -22,7 +22,7 @@
 #                            llama.cpp's full f16 cache (tools/llamacpp-memfit.sh; LLAMA_BENCH) at the same probes
 #   gemma-roofline, qwen05-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   decode-layout            tg64 of the three models with the weights interleaved at load and with --gguf-layout,
-#                            alternating, ROUNDS rounds
+#                            alternating, with the AVX-512 and the AVX2 kernels, ROUNDS rounds
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
 #   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
@@ -204,9 +204,9 @@ step_decode-layout() {
     need_q05
     need_gemma
     need_1b
-    local cmd="for r in \$(seq $ROUNDS); do for m in $Q05 $GEMMA $L1B; do for l in --gguf-layout ''; do"
-    cmd+=" echo \"== \$m \${l:-interleaved} round \$r\"; $PROMPTKV bench -m \$m -p 0 -n 64 -r $REPS -t $THREADS \$l;"
-    cmd+=" done; done; done"
+    local cmd="for r in \$(seq $ROUNDS); do for s in avx512 avx2; do for m in $Q05 $GEMMA $L1B; do"
+    cmd+=" for l in --gguf-layout ''; do echo \"== \$m \$s \${l:-interleaved} round \$r\";"
+    cmd+=" $PROMPTKV bench -m \$m -p 0 -n 64 -r $REPS -t $THREADS --simd \$s \$l; done; done; done; done"
     run decode-layout bash -c "$cmd"
 }
 

@@ -124,6 +124,8 @@ static const pkv_kernels avx2_kernels = {
     .vec_dot = {AVX2_VEC_DOT},
     .vec_dot_rows = {[PKV_TYPE_Q4_0] = pkv_vec_dot_rows_q4_0_avx2, [PKV_TYPE_Q5_0] = pkv_vec_dot_rows_q5_0_avx2,
                      [PKV_TYPE_Q8_0] = pkv_vec_dot_rows_q8_0_avx2},
+    .matvec_x8 = {[PKV_TYPE_Q4_0] = pkv_matvec_x8_q4_0_avx2, [PKV_TYPE_Q5_0] = pkv_matvec_x8_q5_0_avx2,
+                  [PKV_TYPE_Q8_0] = pkv_matvec_x8_q8_0_avx2},
     .dot_f32 = pkv_dot_f32_avx2,
     .axpy_f32 = pkv_axpy_f32_avx2,
     .dot_f16_f32 = pkv_dot_f16_f32_avx2,

@@ -41,13 +41,16 @@
 PKV_VEC_DOT_ROWS_TYPES(X)
 #undef X
 /* The decode kernel on interleaved weights (table.h matvec_x8, repack.h),
- * AVX-512 only (it needs vpdpbusd's unsigned x signed bytes), and its
- * staging of interleaved blocks for the batched matmul. */
-#define X(T)                                                                                                 \
-    void pkv_matvec_x8_##T##_avx512(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                    int n_act, float *y, int64_t ldy);
+ * AVX2 and AVX-512, and its staging of interleaved blocks for the batched
+ * matmul (repack_x86.h). */
+#define PKV_DECLARE_MATVEC_X8(LEVEL, T)                                                                      \
+    void pkv_matvec_x8_##T##_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                     int n_act, float *y, int64_t ldy);
+#define X(T) PKV_DECLARE_MATVEC_X8(avx2, T) PKV_DECLARE_MATVEC_X8(avx512, T)
 PKV_VEC_DOT_ROWS_TYPES(X)
 #undef X
+void pkv_x8_stage_avx2(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride, float *dw,
+                       size_t dw_stride);
 void pkv_x8_stage_avx512(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
                          float *dw, size_t dw_stride);
 

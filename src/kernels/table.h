@@ -134,8 +134,8 @@ typedef void (*pkv_vec_dot_rows_fn)(int64_t n, const void *weight_row, const voi
  * (kernels/repack.h, docs/engine.md §2.5): n_rows (a multiple of 8) rows
  * starting at the group w, each dotted with n_act Q8_0 activation rows
  * (act_stride bytes apart) into y[a * ldy + row]. A row's result has the
- * same bits whatever n_act (pkv_matvec_x8_ref's), so a batched step equals
- * single steps. A table with this kernel for a type also has a gemm for it
+ * same bits whatever n_act and level (pkv_matvec_x8_ref's), so a batched
+ * step equals single steps. A table with this kernel for a type also has a gemm for it
  * that reads interleaved weights (pkv_gemm_args.x8); the model interleaves a
  * weight only then. */
 typedef void (*pkv_matvec_x8_fn)(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,

@@ -1,0 +1,175 @@
+/*
+ * The decode kernel on eight-row interleaved weights (repack.h, table.h
+ * matvec_x8) and the staging of interleaved blocks for the batched matmul,
+ * written once for the x86 levels. The including file (repack_avx2.c,
+ * repack_avx512.c) defines, before including this header:
+ *   x8_quants(type, blk, q)           the 8 vectors of one block: vector q
+ *                                     holds elements 4q..4q+3 of the 8 rows,
+ *                                     unsigned (value = u - offset)
+ *   x8_block_sums(type, q, ys, corr)  the 8 rows' exact integer dot products
+ *                                     with the activation quants ys, minus
+ *                                     offset x their sum (corr is that term)
+ * and after it, X8_KERNELS(level) names the exported functions.
+ *
+ * Per block and activation row: the integer sums, one conversion, one
+ * multiply (the 8 rows' scales by the activation's) and one FMA into the
+ * even or odd blocks' accumulator; the two added at the end — the scalar
+ * reference's order (pkv_matvec_x8_ref), lane by lane, so the bits are the
+ * same for every row at every level and whatever the number of activation
+ * rows handled together.
+ */
+#ifndef PKV_KERNEL_REPACK_X86_H
+#define PKV_KERNEL_REPACK_X86_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/levels.h"
+#include "kernels/repack.h"
+#include "kernels/simd_x86.h"
+
+enum {
+    X8_ROWS = PKV_X8_ROWS,
+    X8_MAX_NB = 1024, /* K up to 32768 here; longer rows take the scalar reference (same bits) */
+    X8_ACT_TILE = 4,  /* activation rows advanced together over one group's blocks */
+    X8_MAX_ACT = 8,   /* activation rows prepared at once */
+};
+
+/* What each activation block contributes besides its quants: its scale and
+ * -offset x the sum of its quants. */
+typedef struct {
+    float d[X8_MAX_NB];
+    int32_t corr[X8_MAX_NB];
+} x8_act_prep;
+
+static void x8_prepare(const block_q8_0 *x, int64_t nb, int offset, x8_act_prep *p) {
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i s = dot_u8_i8(_mm256_set1_epi8(1), load256(x[b].qs));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+        p->corr[b] = -offset * _mm_cvtsi128_si32(h);
+        p->d[b] = half(x[b].d);
+    }
+}
+
+static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t type, const __m256i q[8], __m256 dw,
+                                                                  const block_q8_0 *x, const x8_act_prep *p, int64_t b,
+                                                                  __m256 acc) {
+    const __m256i s = x8_block_sums(type, q, (const uint8_t *)x[b].qs, p->corr[b]);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[b])), acc);
+}
+
+/* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
+ * copy) activation rows; results to y[a * ldy + 0..7]. */
+static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
+                                                                const uint8_t *group, const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, float *y, int64_t ldy) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    __m256 acc[X8_ACT_TILE][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < na; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *blk = group + (uint64_t)(b + h) * bb;
+            __m256i q[8];
+            x8_quants(type, blk, q);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+#pragma GCC unroll 4
+            for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
+        }
+    }
+    if (b < nb) {
+        const uint8_t *blk = group + (uint64_t)b * bb;
+        __m256i q[8];
+        x8_quants(type, blk, q);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+#pragma GCC unroll 4
+        for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < na; a++) _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
+}
+
+static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int offset, int64_t k, const void *w,
+                                                            int64_t n_rows, const void *act, uint64_t act_stride,
+                                                            int n_act, float *y, int64_t ldy) {
+    const int64_t nb = k / 32;
+    if (nb > X8_MAX_NB) {
+        pkv_matvec_x8_ref(type, k, w, n_rows, act, act_stride, n_act, y, ldy);
+        return;
+    }
+    const uint64_t group_bytes = (uint64_t)nb * pkv_x8_block_bytes(type);
+    x8_act_prep prep[X8_MAX_ACT];
+    for (int a0 = 0; a0 < n_act; a0 += X8_MAX_ACT) {
+        const int n_prep = n_act - a0 < X8_MAX_ACT ? n_act - a0 : X8_MAX_ACT;
+        const block_q8_0 *x[X8_MAX_ACT];
+        const x8_act_prep *p[X8_MAX_ACT];
+        for (int a = 0; a < n_prep; a++) {
+            x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
+            p[a] = &prep[a];
+            x8_prepare(x[a], nb, offset, &prep[a]);
+        }
+        for (int64_t g = 0; g < n_rows / X8_ROWS; g++) {
+            const uint8_t *group = (const uint8_t *)w + (uint64_t)g * group_bytes;
+            for (int t = 0; t < n_prep; t += X8_ACT_TILE) {
+                float *yt = y + (int64_t)(a0 + t) * ldy + g * X8_ROWS;
+                switch (n_prep - t < X8_ACT_TILE ? n_prep - t : X8_ACT_TILE) {
+                case 1: x8_group_tile(type, 1, nb, group, x + t, p + t, yt, ldy); break;
+                case 2: x8_group_tile(type, 2, nb, group, x + t, p + t, yt, ldy); break;
+                case 3: x8_group_tile(type, 3, nb, group, x + t, p + t, yt, ldy); break;
+                default: x8_group_tile(type, 4, nb, group, x + t, p + t, yt, ldy); break;
+                }
+            }
+        }
+    }
+}
+
+/* Blocks b0..b0+nb-1 of the group at w as the batched matmul stages them:
+ * row r's unsigned quants at u + r * u_stride + 32 (b - b0), its scale at
+ * dw[r * dw_stride + b - b0]. The 8 quant vectors of a block are an 8 x 8
+ * matrix of 4-byte groups (vector q, lane r); transposed, vector r is row
+ * r's 32 quants. */
+static inline void x8_stage(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
+                            float *dw, size_t dw_stride) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = (const uint8_t *)w + (uint64_t)(b0 + b) * bb;
+        __m256i q[8];
+        switch (type) {
+        case PKV_TYPE_Q4_0: x8_quants(PKV_TYPE_Q4_0, blk, q); break;
+        case PKV_TYPE_Q5_0: x8_quants(PKV_TYPE_Q5_0, blk, q); break;
+        default: x8_quants(PKV_TYPE_Q8_0, blk, q); break;
+        }
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_castsi256_ps(q[i]);
+        transpose8x8_ps(r);
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps((float *)(u + i * u_stride + 32 * b), r[i]);
+        float d[X8_ROWS];
+        _mm256_storeu_ps(d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)));
+        for (int i = 0; i < X8_ROWS; i++) dw[i * dw_stride + b] = d[i];
+    }
+}
+
+/* The exported kernels of a level (levels.h). */
+#define X8_KERNELS(LEVEL)                                                                                            \
+    void pkv_matvec_x8_q4_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                    int n_act, float *y, int64_t ldy) {                                             \
+        x8_matvec(PKV_TYPE_Q4_0, 8, k, w, n_rows, act, act_stride, n_act, y, ldy);                                  \
+    }                                                                                                                \
+    void pkv_matvec_x8_q5_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                    int n_act, float *y, int64_t ldy) {                                             \
+        x8_matvec(PKV_TYPE_Q5_0, 16, k, w, n_rows, act, act_stride, n_act, y, ldy);                                 \
+    }                                                                                                                \
+    void pkv_matvec_x8_q8_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                    int n_act, float *y, int64_t ldy) {                                             \
+        x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy);                                \
+    }                                                                                                                \
+    void pkv_x8_stage_##LEVEL(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,    \
+                              float *dw, size_t dw_stride) {                                                         \
+        x8_stage(type, w, b0, nb, u, u_stride, dw, dw_stride);                                                       \
+    }
+
+#endif
