@@ -16,26 +16,9 @@
 
 #pragma GCC target("avx512vnni")
 
-static inline __attribute__((always_inline)) void x8_quants(const uint32_t type, const uint8_t *blk, __m256i q[8]) {
-    if (type == PKV_TYPE_Q8_0) {
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) q[i] = load256(blk + 2 * PKV_X8_ROWS + 32 * i);
-        return;
-    }
-    const __m256i low = _mm256_set1_epi8(15);
-    const uint8_t *qs = blk + 2 * PKV_X8_ROWS + (type == PKV_TYPE_Q5_0 ? 4 * PKV_X8_ROWS : 0);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-        const __m256i v = load256(qs + 32 * c);
-        q[c] = _mm256_and_si256(v, low);
-        q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-    }
-    if (type == PKV_TYPE_Q5_0) {
-        const __m256i sixteen = _mm256_set1_epi8(16);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-            q[i] = _mm256_mask_add_epi8(q[i], _cvtu32_mask32(load_u32(blk + 2 * PKV_X8_ROWS + 4 * i)), q[i], sixteen);
-    }
+/* Q5_0: 16 added where the fifth bit is set; the bits go straight into a mask register. */
+static inline __m256i x8_add_fifth(__m256i q, uint32_t bits) {
+    return _mm256_mask_add_epi8(q, _cvtu32_mask32(bits), q, _mm256_set1_epi8(16));
 }
 
 static inline __attribute__((always_inline)) __m256i x8_block_sums(const uint32_t type, const __m256i q[8],

@@ -35,6 +35,27 @@ enum {
     X8_MAX_ACT = 8,   /* activation rows prepared at once */
 };
 
+/* The 8 vectors of one interleaved block: vector q holds elements 4q..4q+3
+ * of the 8 rows, unsigned (value = u - offset). */
+static inline __attribute__((always_inline)) void x8_quants(const uint32_t type, const uint8_t *blk, __m256i q[8]) {
+    if (type == PKV_TYPE_Q8_0) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) q[i] = load256(blk + 2 * X8_ROWS + 32 * i);
+        return;
+    }
+    const __m256i low = _mm256_set1_epi8(15);
+    const uint8_t *qs = blk + 2 * X8_ROWS + (type == PKV_TYPE_Q5_0 ? 4 * X8_ROWS : 0);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m256i v = load256(qs + 32 * c);
+        q[c] = _mm256_and_si256(v, low);
+        q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+    if (type == PKV_TYPE_Q5_0)
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) q[i] = x8_add_fifth(q[i], load_u32(blk + 2 * X8_ROWS + 4 * i));
+}
+
 /* What each activation block contributes besides its quants: its scale and
  * -offset x the sum of its quants. */
 typedef struct {
