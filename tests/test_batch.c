@@ -167,8 +167,8 @@ TEST(batch_of_one_is_decode) {
 }
 
 TEST(batch_equals_single_steps_llama) { check_model(TINY_LLAMA); }
-/* Legacy quantised weights, interleaved by 8 rows at load on AVX-512 CPUs
- * (kernels/repack.h): the decode kernel takes the batch's rows together and
+/* Legacy quantised weights, interleaved by 8 rows at load on AVX2 and
+ * AVX-512 CPUs (kernels/repack.h): the decode kernel takes the batch's rows together and
  * still gives each the bits of its step alone. */
 TEST(batch_equals_single_steps_interleaved_q8_0_q5_0) {
     check_model(FIXTURE("models/tiny-llama-q8_0.gguf"));

@@ -106,6 +106,13 @@ static void quantize_item(void *arg, int64_t t, int ith) {
     j->kern->quantize[j->act_type](j->x + t * j->K, (char *)j->act + t * j->act_row_bytes, j->K);
 }
 
+/* Row m of a weight as floats, in the file's layout or interleaved by 8. */
+static void weight_row_f32(const pkv_kernels *k, const pkv_tensor *w, int64_t m, float *out) {
+    const char *data = w->data;
+    if (w->x8) pkv_x8_dequant_row(w->type, data + m / 8 * 8 * w->row_bytes, (int)(m % 8), w->ne[0], out);
+    else k->dequant[w->type](data + m * w->row_bytes, out, w->ne[0]);
+}
+
 /* Rows [m0, m0 + row_chunk) of one weight, dotted with every activation row
  * while each weight row is hot in L1. */
 static void dot_item(void *arg, int64_t item, int ith) {
@@ -120,36 +127,29 @@ static void dot_item(void *arg, int64_t item, int ith) {
     pkv_vec_dot_fn dot = j->kern->vec_dot[w->type];
     pkv_vec_dot_rows_fn dot_rows = j->kern->vec_dot_rows[w->type];
     pkv_matvec_x8_fn matvec_x8 = j->kern->matvec_x8[w->type];
-    if (w->x8) {
+    if (w->x8 && dot && matvec_x8) {
         /* interleaved rows: m0 and m1 are multiples of 8 (row chunks of 16, M of 8) */
-        if (dot && matvec_x8) {
-            matvec_x8(K, wdata + m0 * w->row_bytes, m1 - m0, j->act, j->act_row_bytes, j->n_tok, y + m0, M);
-            return;
-        }
-        float *row = thread_floats(j, ith);
-        for (int64_t m = m0; m < m1; m++) {
-            pkv_x8_dequant_row(w->type, wdata + m / 8 * 8 * w->row_bytes, (int)(m % 8), K, row);
-            for (int t = 0; t < j->n_tok; t++) y[(int64_t)t * M + m] = j->kern->dot_f32(K, row, j->x + t * K);
-        }
+        matvec_x8(K, wdata + m0 * w->row_bytes, m1 - m0, j->act, j->act_row_bytes, j->n_tok, y + m0, M);
         return;
     }
-    if (dot && dot_rows && j->n_tok > 1) {
+    if (!w->x8 && dot && dot_rows && j->n_tok > 1) {
         /* each weight row unpacked once for every activation row; the same bits as dot row by row */
         for (int64_t m = m0; m < m1; m++)
             dot_rows(K, wdata + m * w->row_bytes, j->act, j->act_row_bytes, j->n_tok, y + m, M);
         return;
     }
-    if (dot) {
+    if (!w->x8 && dot) {
         for (int64_t m = m0; m < m1; m++) {
             const void *row = wdata + m * w->row_bytes;
             for (int t = 0; t < j->n_tok; t++) y[(int64_t)t * M + m] = dot(K, row, (const char *)j->act + t * j->act_row_bytes);
         }
         return;
     }
-    /* fallback: dequantise the row, then an f32 dot */
+    /* fallback (a table without the fused dot, or interleaved rows without
+     * this table's kernel): dequantise the row, then an f32 dot */
     float *tmp = thread_floats(j, ith);
     for (int64_t m = m0; m < m1; m++) {
-        j->kern->dequant[w->type](wdata + m * w->row_bytes, tmp, K);
+        weight_row_f32(j->kern, w, m, tmp);
         for (int t = 0; t < j->n_tok; t++) y[(int64_t)t * M + m] = j->kern->dot_f32(K, tmp, j->x + t * K);
     }
 }
@@ -290,11 +290,7 @@ void pkv_matmul(const pkv_compute *c, const pkv_tensor *w, const float *x, int n
 }
 
 void pkv_get_row(const pkv_compute *c, const pkv_tensor *w, int64_t row, float *out) {
-    if (w->x8) {
-        pkv_x8_dequant_row(w->type, (const char *)w->data + row / 8 * 8 * w->row_bytes, (int)(row % 8), w->ne[0], out);
-        return;
-    }
-    c->kern->dequant[w->type]((const char *)w->data + row * w->row_bytes, out, w->ne[0]);
+    weight_row_f32(c->kern, w, row, out);
 }
 
 /* ---------------------------------------------------------------- elementwise */

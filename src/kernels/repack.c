@@ -121,7 +121,7 @@ float pkv_x8_unpack_block(uint32_t type, const void *group, int lane, int64_t b,
     const uint8_t *blk = (const uint8_t *)group + (uint64_t)b * pkv_x8_block_bytes(type);
     uint16_t d;
     memcpy(&d, blk + X8_D + 2 * lane, 2);
-    *offset = x8_offset(type);
+    if (offset) *offset = x8_offset(type);
     if (type == PKV_TYPE_Q8_0) {
         for (int q = 0; q < 8; q++) memcpy(&u[4 * q], blk + X8_Q8_QS + 32 * q + 4 * lane, 4);
         return pkv_f16_to_f32(d);

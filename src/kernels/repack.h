@@ -43,7 +43,7 @@ void pkv_x8_repack(uint32_t type, const void *src, uint64_t row_bytes, int64_t k
 
 /* Row `lane` (0..7) of the group at `group`: block b's unsigned quants (in
  * element order, value = u - offset) and its scale; the offset is returned
- * through *offset. */
+ * through *offset unless offset is NULL. */
 float pkv_x8_unpack_block(uint32_t type, const void *group, int lane, int64_t b, uint8_t u[32], int *offset);
 
 /* Row `lane` of the group at `group` dequantised into out[k]. */

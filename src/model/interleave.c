@@ -30,6 +30,9 @@ static int matmul_weights(pkv_model *m, pkv_tensor **out) {
     return n;
 }
 
+/* A tensor's bytes in the interleaved block, each tensor 64-byte aligned. */
+static uint64_t padded_bytes(const pkv_tensor *t) { return (t->nbytes + 63) & ~(uint64_t)63; }
+
 static bool can_interleave(const pkv_model *m, const pkv_tensor *t) {
     return pkv_tensor_present(t) && m->kern->matvec_x8[t->type] && pkv_x8_supported(t->type, t->ne[0], t->ne[1]);
 }
@@ -49,7 +52,7 @@ int pkv_model_interleave(pkv_model *m, pkv_error *err) {
     const int n = matmul_weights(m, w);
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
-        if (can_interleave(m, w[i])) total += (w[i]->nbytes + 63) & ~(uint64_t)63;
+        if (can_interleave(m, w[i])) total += padded_bytes(w[i]);
     if (total == 0) {
         free(w);
         return 0;
@@ -83,7 +86,7 @@ int pkv_model_interleave(pkv_model *m, pkv_error *err) {
         release_file_pages(m, t->data, t->nbytes); /* the pages that straddled two slices */
         t->data = dst;
         t->x8 = true;
-        dst += (t->nbytes + 63) & ~(uint64_t)63;
+        dst += padded_bytes(t);
     }
     if (tied) m->tok_embd = m->output; /* the lookup reads the same interleaved rows (pkv_get_row) */
     free(w);
