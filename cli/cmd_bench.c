@@ -44,7 +44,9 @@ static const char BENCH_USAGE[] =
     "      --gguf-layout    keep the weights in the file's row layout, not interleaved for decode\n"
     "  -o md|csv            output format (default md)\n"
     "      --svg FILE       plot decode ms/token against prompt length (with --depths)\n"
-    "      --no-membw       do not measure memory bandwidth (then no bandwidth-bound fraction)\n"
+    "      --no-membw       do not measure memory bandwidth (then no bandwidth-bound fraction); else it is\n"
+    "                       read once at the start and again beside every decode repetition, and each\n"
+    "                       repetition's fraction uses the readings just before and after it\n"
     "      --membw-size S   bandwidth buffer (default 1G; keep it far above the last-level cache)\n"
     "      --membw-only     only measure memory read bandwidth with 1..N threads\n"
     "      --mem CAP        the longest prompt whose KV cache + activations fit in CAP (e.g. 8G),\n"
@@ -337,8 +339,20 @@ int cmd_bench(int argc, char **argv) {
     int n_presses = 0, rc = EXIT_USAGE;
     pkv_model *m = NULL;
     pkv_bench_result *res = NULL;
+    pkv_membw_probe *probe = NULL;
     if (build_presses(&a, presses, &n_presses)) goto done;
     rc = EXIT_RUNTIME;
+    bool decodes = a.n_gen > 0 || a.depths.n > 0;
+    if (a.membw && decodes && !a.mem_cap) {
+        /* before any thread exists: the probe forks */
+        pkv_error perr;
+        if (!(probe = pkv_membw_probe_start(a.membw_size, pkv_bench_n_threads(&a.o), 3, &perr))) {
+            cli_error(cmd, "%s", perr.msg);
+            goto done;
+        }
+        a.o.read_bw = pkv_membw_probe_read;
+        a.o.read_bw_user = probe;
+    }
     if (!(m = cli_load_model_chat(cmd, a.engine.model_path, a.engine.simd, NULL, a.engine.gguf_layout))) goto done;
 
     pkv_model_info mi;
@@ -418,5 +432,6 @@ done:
     free(res);
     for (int p = 0; p < n_presses; p++) pkv_press_cfg_free(presses[p]);
     pkv_model_free(m);
+    pkv_membw_probe_stop(probe);
     return rc;
 }

@@ -36,6 +36,12 @@ typedef struct {
     pkv_cache_type cache_type_v;
     pkv_residual_type residual_type; /* how prefills keep their residual stream (pkv_session_opts) */
     double mem_bw;          /* bytes/s of memory reads with n_threads (pkv_bench_membw); 0: unknown */
+    /* Reads the memory bandwidth now (bytes/s), before each decode
+     * repetition and after the last, so that each repetition's roofline
+     * fraction uses the readings beside it (pkv_membw_probe_read); may be
+     * NULL, then mem_bw is the one reading. */
+    int (*read_bw)(void *user, double *bytes_per_s, pkv_error *err);
+    void *read_bw_user;
     /* Called with one line of progress (no newline); may be NULL. */
     void (*progress)(void *user, const char *line);
     void *progress_user;
@@ -94,6 +100,16 @@ uint64_t pkv_bench_rss_now(void);
  * one untouched-page pass; *bytes_per_s gets the best pass. */
 int pkv_bench_membw(uint64_t buf_bytes, int n_threads, int passes, double *bytes_per_s, pkv_error *err);
 
+/* The same reading on demand, from a child process that holds its own
+ * buffer and threads: the buffer stays out of the benchmark's resident set
+ * (peak RSS is measured), and the child sleeps while the benchmark runs.
+ * Start it before any thread exists (fork). Each read is one untimed and
+ * `passes` timed passes, the best kept. */
+typedef struct pkv_membw_probe pkv_membw_probe;
+pkv_membw_probe *pkv_membw_probe_start(uint64_t buf_bytes, int n_threads, int passes, pkv_error *err);
+int pkv_membw_probe_read(void *probe, double *bytes_per_s, pkv_error *err); /* read_bw's signature */
+void pkv_membw_probe_stop(pkv_membw_probe *probe);
+
 /* ---------------------------------------------------------------- runs */
 
 typedef enum { PKV_BENCH_PP, PKV_BENCH_TG, PKV_BENCH_DEPTH, PKV_BENCH_STREAMS } pkv_bench_kind;
@@ -117,6 +133,7 @@ struct pkv_bench_result {
     uint64_t peak_rss;       /* bytes; 0: not measured */
     uint64_t decode_bytes_per_token; /* tg, depth: weights + cache read per step */
     double bw_fraction;      /* tg, depth: of the bandwidth bound; 0: unknown */
+    double mem_bw;           /* tg, depth: the bandwidth (bytes/s) the fraction used; 0: unknown */
     int n_streams;           /* streams: sessions decoding together (t/s: all of them; ms/token: a step) */
     bool batched;            /* streams: one batched step for all, or each stream's own step in turn */
 };

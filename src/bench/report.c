@@ -29,7 +29,7 @@ static void cell(FILE *out, const char *text, int width, bool right) {
     fputc(' ', out);
 }
 
-enum { N_TABLE_COLS = 11 };
+enum { N_TABLE_COLS = 12 };
 static const struct {
     const char *title;
     int width;
@@ -38,7 +38,7 @@ static const struct {
     {"test", 20, false},      {"press", 28, false},           {"threads", 7, true},
     {"t/s", 20, true},        {"t/s min", 9, true},           {"ms/token", 9, true},
     {"prefill s", 10, true},  {"press s (share)", 17, false}, {"cache MiB (full)", 18, false},
-    {"peak RSS MiB", 12, true}, {"BW frac", 7, true},
+    {"peak RSS MiB", 12, true}, {"BW frac", 7, true}, {"BW GB/s", 7, true},
 };
 
 void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
@@ -70,6 +70,7 @@ void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
         snprintf(v[8], sizeof v[8], "%.1f (%.1f)", mib(x->cache_bytes), mib(x->cache_bytes_full));
         if (x->peak_rss) snprintf(v[9], sizeof v[9], "%.0f", mib(x->peak_rss));
         if (x->bw_fraction > 0) snprintf(v[10], sizeof v[10], "%.2f", x->bw_fraction);
+        if (x->bw_fraction > 0) snprintf(v[11], sizeof v[11], "%.1f", x->mem_bw / 1e9);
         for (int c = 0; c < N_TABLE_COLS; c++) cell(out, v[c], TABLE_COLS[c].width, TABLE_COLS[c].right);
         fputs("|\n", out);
     }
@@ -79,7 +80,7 @@ static const char *const CSV_COLUMNS[] = {
     "test", "kind", "press", "n_prompt", "n_gen", "threads", "reps", "tps_median", "tps_min", "tps_max",
     "tps_mean", "tps_stddev", "ms_per_token_median", "ms_per_token_min", "prefill_s", "press_s", "press_share",
     "shared_prefill", "cache_bytes", "cache_bytes_full", "peak_rss_bytes", "decode_bytes_per_token", "bw_fraction",
-    "streams", "batched",
+    "streams", "batched", "mem_bw_bytes_per_s",
 };
 
 int pkv_bench_csv_columns(void) { return (int)(sizeof CSV_COLUMNS / sizeof CSV_COLUMNS[0]); }
@@ -105,13 +106,13 @@ void pkv_bench_print_csv(FILE *out, const pkv_bench_result *r, int n) {
         const pkv_bench_result *x = &r[i];
         fprintf(out, "%s,%s,", x->test, kind_name(x->kind));
         csv_quoted(out, x->press);
-        fprintf(out, ",%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%d,%llu,%llu,%llu,%llu,%.4f,%d,%d\n",
+        fprintf(out, ",%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%d,%llu,%llu,%llu,%llu,%.4f,%d,%d,%.0f\n",
                 x->n_prompt, x->n_gen, x->n_threads, x->reps, x->tok_per_s.median, x->tok_per_s.min,
                 x->tok_per_s.max, x->tok_per_s.mean, x->tok_per_s.stddev, x->ms_per_token.median,
                 x->ms_per_token.min, x->prefill_seconds, x->press_seconds, x->press_share, x->shared_prefill ? 1 : 0,
                 (unsigned long long)x->cache_bytes, (unsigned long long)x->cache_bytes_full,
                 (unsigned long long)x->peak_rss, (unsigned long long)x->decode_bytes_per_token, x->bw_fraction,
-                x->n_streams, x->batched ? 1 : 0);
+                x->n_streams, x->batched ? 1 : 0, x->mem_bw);
     }
 }
 

@@ -151,12 +151,40 @@ static int restore(pkv_session *d, const pkv_session *start, pkv_error *err) {
     return 0;
 }
 
+/* What the decode repetitions measured: per repetition its rate and time,
+ * and, when the options read the bandwidth beside them (read_bw), the
+ * readings before the first repetition and after each one (reps + 1). */
+typedef struct {
+    int reps;
+    double *tps, *ms, *bw;
+} decode_samples;
+
+static int samples_alloc(decode_samples *d, int reps, pkv_error *err) {
+    d->reps = reps;
+    d->tps = malloc((size_t)reps * sizeof *d->tps);
+    d->ms = malloc((size_t)reps * sizeof *d->ms);
+    d->bw = malloc((size_t)(reps + 1) * sizeof *d->bw);
+    if (d->tps && d->ms && d->bw) return 0;
+    return pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
+}
+
+static void samples_free(decode_samples *d) {
+    free(d->tps);
+    free(d->ms);
+    free(d->bw);
+}
+
+/* One bandwidth reading into bw[i], when the options take them. */
+static int read_bw(const pkv_bench_opts *o, decode_samples *d, int i, pkv_error *err) {
+    if (!o->read_bw) return 0;
+    return o->read_bw(o->read_bw_user, &d->bw[i], err);
+}
+
 /* Decode timings over reps, each from a copy of `start` (an empty session
  * when start is NULL): llama-bench clears the cache, or restores its saved
  * depth state, before each repetition. */
 static int time_decode(pkv_model *m, const pkv_bench_opts *o, const pkv_session *start, int n_tokens, int n_gen,
-                       const char *label, double *tps, double *ms, uint64_t *cache_bytes_end, pkv_error *err) {
-    int reps = reps_of(o);
+                       const char *label, decode_samples *ds, uint64_t *cache_bytes_end, pkv_error *err) {
     uint64_t rng = o->seed ^ 0x5851f42d4c957f2dull;
     pkv_session *d = pkv_bench_session_new(m, o, n_tokens, 0, false, err);
     if (!d) return -1;
@@ -166,12 +194,13 @@ static int time_decode(pkv_model *m, const pkv_bench_opts *o, const pkv_session 
         progress(o, "%s: warmup", label);
         if (restore(d, start, err) || decode_steps(d, m, &rng, 1, &sec, err)) goto done;
     }
-    for (int r = 0; r < reps; r++) {
-        progress(o, "%s: repetition %d/%d", label, r + 1, reps);
-        if (restore(d, start, err) || decode_steps(d, m, &rng, n_gen, &sec, err)) goto done;
-        tps[r] = n_gen / sec;
-        ms[r] = 1000.0 * sec / n_gen;
+    for (int r = 0; r < ds->reps; r++) {
+        progress(o, "%s: repetition %d/%d", label, r + 1, ds->reps);
+        if (restore(d, start, err) || read_bw(o, ds, r, err) || decode_steps(d, m, &rng, n_gen, &sec, err)) goto done;
+        ds->tps[r] = n_gen / sec;
+        ds->ms[r] = 1000.0 * sec / n_gen;
     }
+    if (read_bw(o, ds, ds->reps, err)) goto done;
     *cache_bytes_end = pkv_session_cache_bytes(d);
     rc = 0;
 done:
@@ -179,43 +208,62 @@ done:
     return rc;
 }
 
-/* Bytes per step and the roofline fraction, from the median time. */
-static void fill_decode_roofline(const pkv_model *m, const pkv_bench_opts *o, uint64_t cache_bytes,
-                                 pkv_bench_result *r) {
+/* Rates, bytes per step and the roofline fraction. With bandwidth readings
+ * beside the repetitions, each repetition is set against the mean of the
+ * readings just before and after it and the fraction is the median of
+ * those: the host's bandwidth can move by half within seconds
+ * (docs/performance.md "Roofline"), so one reading at the start would
+ * compare the steps with another moment's memory. Without them, the median
+ * time against opts->mem_bw. */
+static void fill_decode_result(const pkv_model *m, const pkv_bench_opts *o, uint64_t cache_bytes,
+                               const decode_samples *ds, pkv_bench_result *r) {
+    pkv_bench_stat_of(ds->tps, ds->reps, &r->tok_per_s);
+    pkv_bench_stat_of(ds->ms, ds->reps, &r->ms_per_token);
     r->decode_bytes_per_token = pkv_bench_weight_bytes_per_token(m) + cache_bytes;
-    r->bw_fraction = pkv_bench_bw_fraction(r->decode_bytes_per_token, r->ms_per_token.median / 1000.0, o->mem_bw);
+    if (!o->read_bw) {
+        r->mem_bw = o->mem_bw;
+        r->bw_fraction = pkv_bench_bw_fraction(r->decode_bytes_per_token, r->ms_per_token.median / 1000.0, o->mem_bw);
+        return;
+    }
+    double *bw = malloc((size_t)ds->reps * sizeof *bw), *frac = malloc((size_t)ds->reps * sizeof *frac);
+    if (bw && frac) {
+        for (int i = 0; i < ds->reps; i++) {
+            bw[i] = 0.5 * (ds->bw[i] + ds->bw[i + 1]);
+            frac[i] = pkv_bench_bw_fraction(r->decode_bytes_per_token, ds->ms[i] / 1000.0, bw[i]);
+        }
+        pkv_bench_stat s;
+        pkv_bench_stat_of(bw, ds->reps, &s);
+        r->mem_bw = s.median;
+        pkv_bench_stat_of(frac, ds->reps, &s);
+        r->bw_fraction = s.median;
+    }
+    free(bw);
+    free(frac);
 }
 
 /* ---------------------------------------------------------------- tgN */
 
 int pkv_bench_decode(pkv_model *m, const pkv_bench_opts *o, int n_gen, pkv_bench_result *out, pkv_error *err) {
     if (n_gen < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: decode steps must be >= 1, got %d", n_gen);
-    int reps = reps_of(o);
-    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+    decode_samples ds;
     int rc = -1;
-    if (!tps || !ms) {
-        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
-        goto done;
-    }
+    if (samples_alloc(&ds, reps_of(o), err)) goto done;
     init_result(out, PKV_BENCH_TG, o);
     snprintf(out->test, sizeof out->test, "tg%d", n_gen);
     snprintf(out->press, sizeof out->press, "none");
     out->n_gen = n_gen;
     pkv_bench_rss_reset();
     uint64_t cache_end = 0;
-    if (time_decode(m, o, NULL, n_gen + 8, n_gen, out->test, tps, ms, &cache_end, err)) goto done;
+    if (time_decode(m, o, NULL, n_gen + 8, n_gen, out->test, &ds, &cache_end, err)) goto done;
     out->peak_rss = pkv_bench_rss_peak();
-    pkv_bench_stat_of(tps, reps, &out->tok_per_s);
-    pkv_bench_stat_of(ms, reps, &out->ms_per_token);
     out->cache_bytes = cache_end;
     out->cache_bytes_full = cache_end;
     /* the cache grows from empty to n_gen rows: on average half of it is read */
-    fill_decode_roofline(m, o, cache_end / 2, out);
+    fill_decode_result(m, o, cache_end / 2, &ds, out);
     report(o, out);
     rc = 0;
 done:
-    free(tps);
-    free(ms);
+    samples_free(&ds);
     return rc;
 }
 
@@ -225,7 +273,7 @@ typedef struct {
     pkv_model *m;
     const pkv_bench_opts *o;
     int depth, n_gen;
-    double *tps, *ms;
+    decode_samples *ds;
 } depth_ctx;
 
 /* Times decode from `start` (the prompt, compressed or not) into r. */
@@ -233,11 +281,9 @@ static int depth_decode(const depth_ctx *c, const pkv_session *start, pkv_bench_
     uint64_t cache_end;
     char label[200];
     snprintf(label, sizeof label, "%s %s", r->test, r->press);
-    if (time_decode(c->m, c->o, start, c->depth + c->n_gen + 8, c->n_gen, label, c->tps, c->ms, &cache_end, err))
+    if (time_decode(c->m, c->o, start, c->depth + c->n_gen + 8, c->n_gen, label, c->ds, &cache_end, err))
         return -1;
-    pkv_bench_stat_of(c->tps, reps_of(c->o), &r->tok_per_s);
-    pkv_bench_stat_of(c->ms, reps_of(c->o), &r->ms_per_token);
-    fill_decode_roofline(c->m, c->o, r->cache_bytes, r);
+    fill_decode_result(c->m, c->o, r->cache_bytes, c->ds, r);
     report(c->o, r);
     return 0;
 }
@@ -339,16 +385,16 @@ int pkv_bench_depths(pkv_model *m, const pkv_bench_opts *o, const int *depths, i
     }
     for (int p = 0; p < n_presses; p++)
         if (presses[p] && pkv_press_cfg_check(presses[p], err)) return -1;
-    int reps = reps_of(o);
     int32_t *tokens = malloc((size_t)max_depth * sizeof *tokens);
-    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+    decode_samples ds;
     int rc = -1;
-    if (!tokens || !tps || !ms) {
+    if (samples_alloc(&ds, reps_of(o), err)) goto done;
+    if (!tokens) {
         pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory for %d tokens", max_depth);
         goto done;
     }
     for (int i = 0; i < n_depths; i++) {
-        depth_ctx c = {m, o, depths[i], n_gen, tps, ms};
+        depth_ctx c = {m, o, depths[i], n_gen, &ds};
         uint64_t rng = o->seed + (uint64_t)depths[i];
         prompt_tokens(m, &rng, tokens, depths[i]);
         pkv_bench_result *row = out + (size_t)i * n_presses;
@@ -359,8 +405,7 @@ int pkv_bench_depths(pkv_model *m, const pkv_bench_opts *o, const int *depths, i
     rc = 0;
 done:
     free(tokens);
-    free(tps);
-    free(ms);
+    samples_free(&ds);
     return rc;
 }
 
