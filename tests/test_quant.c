@@ -914,41 +914,50 @@ TEST(quant_vec_dot_extreme_quants) {
  * four, 1 to 11 rows (whole groups and every remainder), strided rows and
  * outputs. A type with vec_dot_rows at one level has it at every SIMD level. */
 TEST(quant_vec_dot_rows_equal_vec_dot_per_row) {
-    enum { MAX_ROWS = 11, STRIDE_PAD = 34 };
-    static const int types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0};
-    static const int64_t lengths[] = {32, 96, 128, 160, 896, 4864};
+    enum { MAX_ROWS = 11, STRIDE_PAD = 34, N_TYPES = 5, N_LENGTHS = 6 };
+    static const int types[N_TYPES] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
+    static const int64_t legacy_len[N_LENGTHS] = {32, 96, 128, 160, 896, 4864};
+    static const int64_t k_len[N_LENGTHS] = {256, 512, 768, 1024, 2048, 4864};
     uint64_t rng = 2024;
     const int nl = available_levels();
     int checked = 0;
     float *x = malloc(4864 * sizeof(float));
     uint8_t *w = malloc(pkv_row_bytes(PKV_TYPE_Q8_0, 4864));
-    const uint64_t stride = pkv_row_bytes(PKV_TYPE_Q8_0, 4864) + STRIDE_PAD;
+    const uint64_t stride = pkv_row_bytes(PKV_TYPE_Q8_K, 4864) + STRIDE_PAD;
     uint8_t *a = malloc(stride * MAX_ROWS);
     float out[3 * MAX_ROWS];
     for (int li = 1; li < nl; li++) {
         const pkv_kernels *k = pkv_kernels_get(levels[li]);
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < N_TYPES; t++) {
             const int type = types[t];
+            const uint32_t act = pkv_type_get((uint32_t)type)->act_type;
+            const ref_layout *L = layout_of(type);
             CHECK_MSG(k->vec_dot_rows[type] != NULL, "%s has no vec_dot_rows at %s",
                       pkv_type_get((uint32_t)type)->name, pkv_simd_name(levels[li]));
             if (!k->vec_dot_rows[type]) continue;
-            for (int li_len = 0; li_len < 6; li_len++) {
-                const int64_t n = lengths[li_len];
+            for (int li_len = 0; li_len < N_LENGTHS; li_len++) {
+                const int64_t n = L->elems == 256 ? k_len[li_len] : legacy_len[li_len];
                 for (int rep = 0; rep < 4; rep++) {
                     if (rep < 2) {
                         random_weight_row(type, n, w, &rng, rep == 1 ? 2.0f : 0.05f);
                         for (int r = 0; r < MAX_ROWS; r++) {
                             random_activation(x, n, &rng);
-                            k->quantize[PKV_TYPE_Q8_0](x, a + r * stride, n);
+                            k->quantize[act](x, a + r * stride, n);
                         }
                     } else {
-                        /* every quant byte 0x80 / 0xFF (Q8_0 -128 / -1; Q4/Q5 quants at both ends),
-                         * activations at +-amax */
+                        /* every quant and scale byte 0x80 / 0xFF (Q8_0 -128 / -1; Q4/Q5/Q6 quants at both
+                         * ends; K-quant sub-block scales at their limits), the block scales 1, activations at
+                         * +-amax */
                         memset(w, rep == 2 ? 0x80 : 0xFF, pkv_row_bytes((uint32_t)type, n));
-                        for (int64_t bi = 0; bi < n / 32; bi++) wr16(w + bi * layout_of(type)->bytes, 0x3C00);
+                        for (int64_t bi = 0; bi < n / L->elems; bi++) {
+                            uint8_t *b = w + bi * L->bytes;
+                            if (type == PKV_TYPE_Q6_K) wr16(b + 208, 0x3C00);
+                            else wr16(b, 0x3C00);
+                            if (type == PKV_TYPE_Q4_K) wr16(b + 2, 0x3C00);
+                        }
                         for (int r = 0; r < MAX_ROWS; r++) {
                             for (int64_t i = 0; i < n; i++) x[i] = (r + i) % 2 ? -1.0f : 1.0f;
-                            k->quantize[PKV_TYPE_Q8_0](x, a + r * stride, n);
+                            k->quantize[act](x, a + r * stride, n);
                         }
                     }
                     for (int rows = 1; rows <= MAX_ROWS; rows++) {

@@ -31,9 +31,10 @@
 #define PKV_DECLARE_VEC_DOT(LEVEL, T) \
     float pkv_vec_dot_##T##_##LEVEL(int64_t n, const void *weight_row, const void *act_row);
 /* One weight row against several activation rows (table.h vec_dot_rows):
- * the legacy types with Q8_0 activations, AVX2 and AVX-512; each is pinned
- * to its own level's vec_dot bit for bit by tests. */
-#define PKV_VEC_DOT_ROWS_TYPES(X) X(q4_0) X(q5_0) X(q8_0)
+ * the legacy types with Q8_0 activations and Q4_K / Q6_K with Q8_K, AVX2
+ * and AVX-512; each is pinned to its own level's vec_dot bit for bit by
+ * tests. */
+#define PKV_VEC_DOT_ROWS_TYPES(X) X(q4_0) X(q5_0) X(q8_0) X(q4_K) X(q6_K)
 #define PKV_DECLARE_VEC_DOT_ROWS(LEVEL, T)                                                                  \
     void pkv_vec_dot_rows_##T##_##LEVEL(int64_t n, const void *weight_row, const void *act, uint64_t act_stride, \
                                         int n_rows, float *out, int64_t out_stride);

@@ -429,29 +429,61 @@ static inline __m256i k_chunk(__m256i lo, __m256i hi, const int8_t *a, __m256i s
     return _mm256_add_epi32(sumi, _mm256_madd_epi16(p_hi, scale_hi));
 }
 
-float pkv_vec_dot_q4_K_avx2(int64_t n, const void *weight_row, const void *act_row) {
+/* Q4_K against g activation rows (1 for vec_dot, up to K_ROWS for
+ * vec_dot_rows): each block's nibbles and scales unpacked once, then every
+ * row takes exactly the steps a single row takes, so each row has the bits
+ * of vec_dot alone. */
+enum { K_ROWS = 2 };
+
+static inline __attribute__((always_inline)) void q4_K_rows(const int g, int64_t n, const void *weight_row,
+                                                            const char *act, uint64_t stride, float *out,
+                                                            int64_t ostride) {
     const block_q4_K *x = weight_row;
-    const block_q8_K *y = act_row;
+    const block_q8_K *y[K_ROWS];
     const __m256i low4 = _mm256_set1_epi8(15);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    __m256 acc[K_ROWS];
+    __m128 acc_m[K_ROWS];
+#pragma GCC unroll 2
+    for (int r = 0; r < g; r++) {
+        y[r] = (const block_q8_K *)(act + (uint64_t)r * stride);
+        acc[r] = _mm256_setzero_ps();
+        acc_m[r] = _mm_setzero_ps();
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint64_t sc, m;
         k_scales_mins(x[i].scales, &sc, &m);
-        const float dy = y[i].d;
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(half(x[i].dmin) * dy), _mm_cvtepi32_ps(k_min_products(m, y[i].bsums)), acc_m);
+        const float dmin = half(x[i].dmin), dx = half(x[i].d);
         const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
-            sumi = k_chunk(_mm256_and_si256(q, low4), _mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
-                           y[i].qs + 64 * k, SCALE_OF(s16, 2 * k), SCALE_OF(s16, 2 * k + 1), sumi);
+            lo[k] = _mm256_and_si256(q, low4);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         }
-        acc = fma_block(sumi, half(x[i].d) * dy, acc);
+#pragma GCC unroll 2
+        for (int r = 0; r < g; r++) {
+            const block_q8_K *yr = &y[r][i];
+            const float dy = yr->d;
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * dy), _mm_cvtepi32_ps(k_min_products(m, yr->bsums)), acc_m[r]);
+            __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                sumi = k_chunk(lo[k], hi[k], yr->qs + 64 * k, SCALE_OF(s16, 2 * k), SCALE_OF(s16, 2 * k + 1), sumi);
+            acc[r] = fma_block(sumi, dx * dy, acc[r]);
+        }
     }
-    return hsum_ps(acc) - hsum_ps128(acc_m);
+#pragma GCC unroll 2
+    for (int r = 0; r < g; r++) out[r * ostride] = hsum_ps(acc[r]) - hsum_ps128(acc_m[r]);
 }
+
+float pkv_vec_dot_q4_K_avx2(int64_t n, const void *weight_row, const void *act_row) {
+    float out;
+    q4_K_rows(1, n, weight_row, act_row, 0, &out, 0);
+    return out;
+}
+
+DOT_ROWS_DRIVER(pkv_vec_dot_rows_q4_K_avx2, q4_K_rows, K_ROWS)
 
 float pkv_vec_dot_q5_K_avx2(int64_t n, const void *weight_row, const void *act_row) {
     const block_q5_K *x = weight_row;
@@ -486,28 +518,56 @@ float pkv_vec_dot_q5_K_avx2(int64_t n, const void *weight_row, const void *act_r
     _mm256_shuffle_epi8((s16), _mm256_set_m128i(_mm_set1_epi16((short)((4 * (c) + 2) | ((4 * (c) + 3) << 8))), \
                                                 _mm_set1_epi16((short)((4 * (c)) | ((4 * (c) + 1) << 8)))))
 
-float pkv_vec_dot_q6_K_avx2(int64_t n, const void *weight_row, const void *act_row) {
+/* Q6_K against g activation rows, as q4_K_rows: the chunks and scale
+ * vectors of a block unpacked once, each row the steps of one row alone. */
+static inline __attribute__((always_inline)) void q6_K_rows(const int g, int64_t n, const void *weight_row,
+                                                            const char *act, uint64_t stride, float *out,
+                                                            int64_t ostride) {
     const block_q6_K *x = weight_row;
-    const block_q8_K *y = act_row;
-    __m256 acc = _mm256_setzero_ps();
+    const block_q8_K *y[K_ROWS];
+    __m256 acc[K_ROWS];
+#pragma GCC unroll 2
+    for (int r = 0; r < g; r++) {
+        y[r] = (const block_q8_K *)(act + (uint64_t)r * stride);
+        acc[r] = _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
-        /* -32 offset: sumi starts at -32 * sum_j scale_j * bsum_j */
         const __m256i all16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const __m256i offset = _mm256_madd_epi16(all16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+        __m256i q[2][4], sv[2][4];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            q6k_chunks(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
+            q6k_chunks(x[i].ql + 64 * h, x[i].qh + 32 * h, q[h]);
             const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(x[i].scales + 8 * h))));
-            const int8_t *a = y[i].qs + 128 * h;
 #pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                const __m256i p = _mm256_maddubs_epi16(q[c], _mm256_loadu_si256((const __m256i *)(a + 32 * c)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, Q6K_SCALES(s16, c)));
-            }
+            for (int c = 0; c < 4; c++) sv[h][c] = Q6K_SCALES(s16, c);
         }
-        acc = fma_block(sumi, half(x[i].d) * y[i].d, acc);
+        const float dx = half(x[i].d);
+#pragma GCC unroll 2
+        for (int r = 0; r < g; r++) {
+            const block_q8_K *yr = &y[r][i];
+            /* -32 offset: sumi starts at -32 * sum_j scale_j * bsum_j */
+            const __m256i offset = _mm256_madd_epi16(all16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+            __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5));
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const int8_t *a = yr->qs + 128 * h;
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256i p = _mm256_maddubs_epi16(q[h][c], _mm256_loadu_si256((const __m256i *)(a + 32 * c)));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sv[h][c]));
+                }
+            }
+            acc[r] = fma_block(sumi, dx * yr->d, acc[r]);
+        }
     }
-    return hsum_ps(acc);
+#pragma GCC unroll 2
+    for (int r = 0; r < g; r++) out[r * ostride] = hsum_ps(acc[r]);
 }
+
+float pkv_vec_dot_q6_K_avx2(int64_t n, const void *weight_row, const void *act_row) {
+    float out;
+    q6_K_rows(1, n, weight_row, act_row, 0, &out, 0);
+    return out;
+}
+
+DOT_ROWS_DRIVER(pkv_vec_dot_rows_q6_K_avx2, q6_K_rows, K_ROWS)

@@ -136,28 +136,64 @@ static inline __m256i k_block_setup(const uint8_t *scales, const block_q8_K *y, 
     return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
 }
 
-float pkv_vec_dot_q4_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
+/* Q4_K against g activation rows (1 for vec_dot, up to K_ROWS for
+ * vec_dot_rows): each block's nibbles and scales unpacked once, then every
+ * row takes exactly the steps a single row takes, so each row has the bits
+ * of vec_dot alone. */
+enum { K_ROWS = 4 };
+
+static inline __attribute__((always_inline)) void q4_K_rows(const int g, int64_t n, const void *weight_row,
+                                                            const char *act, uint64_t stride, float *out,
+                                                            int64_t ostride) {
     const block_q4_K *x = weight_row;
-    const block_q8_K *y = act_row;
+    const block_q8_K *y[K_ROWS];
     const __m256i low4 = _mm256_set1_epi8(15);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    __m256 acc[K_ROWS];
+    __m128 acc_m[K_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < g; r++) {
+        y[r] = (const block_q8_K *)(act + (uint64_t)r * stride);
+        acc[r] = _mm256_setzero_ps();
+        acc_m[r] = _mm_setzero_ps();
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const __m256i s16 = k_block_setup(x[i].scales, &y[i], half(x[i].dmin), &acc_m);
-        __m256i sumi_lo = _mm256_setzero_si256(), sumi_hi = _mm256_setzero_si256();
+        uint64_t sc, m;
+        k_scales_mins(x[i].scales, &sc, &m);
+        const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        const float dmin = half(x[i].dmin), dx = half(x[i].d);
+        __m256i lo[4], hi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m256i q = load256(x[i].qs + 32 * k);
-            const __m256i p_lo = _mm256_maddubs_epi16(_mm256_and_si256(q, low4), load256(y[i].qs + 64 * k));
-            const __m256i p_hi =
-                _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), load256(y[i].qs + 64 * k + 32));
-            sumi_lo = _mm256_dpwssd_epi32(sumi_lo, p_lo, SCALE_OF(s16, 2 * k));
-            sumi_hi = _mm256_dpwssd_epi32(sumi_hi, p_hi, SCALE_OF(s16, 2 * k + 1));
+            lo[k] = _mm256_and_si256(q, low4);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         }
-        acc = fma_block(_mm256_add_epi32(sumi_lo, sumi_hi), half(x[i].d) * y[i].d, acc);
+#pragma GCC unroll 4
+        for (int r = 0; r < g; r++) {
+            const block_q8_K *yr = &y[r][i];
+            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * yr->d), _mm_cvtepi32_ps(k_min_products(m, yr->bsums)), acc_m[r]);
+            __m256i sumi_lo = _mm256_setzero_si256(), sumi_hi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i p_lo = _mm256_maddubs_epi16(lo[k], load256(yr->qs + 64 * k));
+                const __m256i p_hi = _mm256_maddubs_epi16(hi[k], load256(yr->qs + 64 * k + 32));
+                sumi_lo = _mm256_dpwssd_epi32(sumi_lo, p_lo, SCALE_OF(s16, 2 * k));
+                sumi_hi = _mm256_dpwssd_epi32(sumi_hi, p_hi, SCALE_OF(s16, 2 * k + 1));
+            }
+            acc[r] = fma_block(_mm256_add_epi32(sumi_lo, sumi_hi), dx * yr->d, acc[r]);
+        }
     }
-    return hsum_ps(acc) - hsum_ps128(acc_m);
+#pragma GCC unroll 4
+    for (int r = 0; r < g; r++) out[r * ostride] = hsum_ps(acc[r]) - hsum_ps128(acc_m[r]);
 }
+
+float pkv_vec_dot_q4_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
+    float out;
+    q4_K_rows(1, n, weight_row, act_row, 0, &out, 0);
+    return out;
+}
+
+DOT_ROWS_DRIVER(pkv_vec_dot_rows_q4_K_avx512, q4_K_rows, K_ROWS)
 
 float pkv_vec_dot_q5_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
     const block_q5_K *x = weight_row;
@@ -188,10 +224,13 @@ float pkv_vec_dot_q5_K_avx512(int64_t n, const void *weight_row, const void *act
 
 /* Q6_K half h (128 elements): [chunk 0 | chunk 1] and [chunk 2 | chunk 3] as
  * unsigned 0..63 bytes (see q6k_chunks in quant_avx2.c). Each 128-bit lane of
- * their maddubs output is one 16-element sub-block. */
-float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
+ * their maddubs output is one 16-element sub-block. Against g activation
+ * rows as q4_K_rows: unpacked once, each row the steps of one row alone. */
+static inline __attribute__((always_inline)) void q6_K_rows(const int g, int64_t n, const void *weight_row,
+                                                            const char *act, uint64_t stride, float *out,
+                                                            int64_t ostride) {
     const block_q6_K *x = weight_row;
-    const block_q8_K *y = act_row;
+    const block_q8_K *y[K_ROWS];
     const __m512i low4 = _mm512_set1_epi8(15), bits45 = _mm512_set1_epi8(0x30);
     const __m512i shl_a = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2); /* qh bits 0-1 | 2-3 -> 4-5 */
     const __m512i shr_b = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2); /* qh bits 4-5 | 6-7 -> 4-5 */
@@ -200,28 +239,51 @@ float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act
                                              0x03020302, 0x03020302, 0x05040504, 0x05040504, 0x05040504, 0x05040504,
                                              0x07060706, 0x07060706, 0x07060706, 0x07060706);
     const __m512i pick_b = _mm512_add_epi8(pick_a, _mm512_set1_epi8(8));
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[K_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < g; r++) {
+        y[r] = (const block_q8_K *)(act + (uint64_t)r * stride);
+        acc[r] = _mm512_setzero_ps();
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
-        /* -32 offset: sumi starts at -32 * sum_j scale_j * bsum_j */
         const __m256i all16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
-        const __m256i offset = _mm256_madd_epi16(all16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
-        __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5)));
+        __m512i qa[2], qb[2], sa[2], sb[2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m512i ql = _mm512_loadu_si512(x[i].ql + 64 * h);
             const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
             const __m512i hi_a = _mm512_and_si512(_mm512_sllv_epi64(qh, shl_a), bits45);
             const __m512i hi_b = _mm512_and_si512(_mm512_srlv_epi64(qh, shr_b), bits45);
-            const __m512i qa = _mm512_ternarylogic_epi64(ql, low4, hi_a, TERN_AND_OR);
-            const __m512i qb = _mm512_ternarylogic_epi64(_mm512_srli_epi16(ql, 4), low4, hi_b, TERN_AND_OR);
-            const int8_t *a = y[i].qs + 128 * h;
-            const __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(a));
-            const __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(a + 64));
+            qa[h] = _mm512_ternarylogic_epi64(ql, low4, hi_a, TERN_AND_OR);
+            qb[h] = _mm512_ternarylogic_epi64(_mm512_srli_epi16(ql, 4), low4, hi_b, TERN_AND_OR);
             const __m512i s16 = _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(x[i].scales + 8 * h))));
-            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_shuffle_epi8(s16, pick_a));
-            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_shuffle_epi8(s16, pick_b));
+            sa[h] = _mm512_shuffle_epi8(s16, pick_a);
+            sb[h] = _mm512_shuffle_epi8(s16, pick_b);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(half(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        const float dx = half(x[i].d);
+#pragma GCC unroll 4
+        for (int r = 0; r < g; r++) {
+            const block_q8_K *yr = &y[r][i];
+            /* -32 offset: sumi starts at -32 * sum_j scale_j * bsum_j */
+            const __m256i offset = _mm256_madd_epi16(all16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+            __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offset, 5)));
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const int8_t *a = yr->qs + 128 * h;
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(qa[h], _mm512_loadu_si512(a)), sa[h]);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(qb[h], _mm512_loadu_si512(a + 64)), sb[h]);
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(dx * yr->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+        }
     }
-    return _mm512_reduce_add_ps(acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < g; r++) out[r * ostride] = _mm512_reduce_add_ps(acc[r]);
 }
+
+float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
+    float out;
+    q6_K_rows(1, n, weight_row, act_row, 0, &out, 0);
+    return out;
+}
+
+DOT_ROWS_DRIVER(pkv_vec_dot_rows_q6_K_avx512, q6_K_rows, K_ROWS)

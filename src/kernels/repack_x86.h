@@ -57,10 +57,13 @@ static inline __attribute__((always_inline)) void x8_quants(const uint32_t type,
 }
 
 /* What each activation block contributes besides its quants: its scale and
- * -offset x the sum of its quants. */
+ * -offset x the sum of its quants. The activation rows' entries lie side by
+ * side (row a's blocks at a * nb): rows of X8_MAX_NB entries each would put
+ * every row's first blocks 8 KiB apart, in the same few L1 sets, where the
+ * streaming weights evict them. */
 typedef struct {
-    float d[X8_MAX_NB];
-    int32_t corr[X8_MAX_NB];
+    float d;
+    int32_t corr;
 } x8_act_prep;
 
 static void x8_prepare(const block_q8_0 *x, int64_t nb, int offset, x8_act_prep *p) {
@@ -69,22 +72,23 @@ static void x8_prepare(const block_q8_0 *x, int64_t nb, int offset, x8_act_prep 
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-        p->corr[b] = -offset * _mm_cvtsi128_si32(h);
-        p->d[b] = half(x[b].d);
+        p[b].corr = -offset * _mm_cvtsi128_si32(h);
+        p[b].d = half(x[b].d);
     }
 }
 
 static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t type, const __m256i q[8], __m256 dw,
                                                                   const block_q8_0 *x, const x8_act_prep *p, int64_t b,
                                                                   __m256 acc) {
-    const __m256i s = x8_block_sums(type, q, (const uint8_t *)x[b].qs, p->corr[b]);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(p->d[b])), acc);
+    const __m256i s = x8_block_sums(type, q, (const uint8_t *)x[b].qs, p[b].corr);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d)), acc);
 }
 
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
  * copy) activation rows; results to y[a * ldy + 0..7]. */
 static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
-                                                                const uint8_t *group, const block_q8_0 *const *x,
+                                                                const uint8_t *group, const uint8_t *next,
+                                                                const block_q8_0 *const *x,
                                                                 const x8_act_prep *const *p, float *y, int64_t ldy) {
     const uint64_t bb = pkv_x8_block_bytes(type);
     __m256 acc[X8_ACT_TILE][2];
@@ -95,6 +99,10 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *blk = group + (uint64_t)(b + h) * bb;
+            if (next) {
+                const uint8_t *nblk = next + (uint64_t)(b + h) * bb;
+                for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)nblk + o, _MM_HINT_T0);
+            }
             __m256i q[8];
             x8_quants(type, blk, q);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
@@ -123,25 +131,27 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
         return;
     }
     const uint64_t group_bytes = (uint64_t)nb * pkv_x8_block_bytes(type);
-    x8_act_prep prep[X8_MAX_ACT];
+    x8_act_prep prep[X8_MAX_ACT * X8_MAX_NB];
     for (int a0 = 0; a0 < n_act; a0 += X8_MAX_ACT) {
         const int n_prep = n_act - a0 < X8_MAX_ACT ? n_act - a0 : X8_MAX_ACT;
         const block_q8_0 *x[X8_MAX_ACT];
         const x8_act_prep *p[X8_MAX_ACT];
         for (int a = 0; a < n_prep; a++) {
             x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
-            p[a] = &prep[a];
-            x8_prepare(x[a], nb, offset, &prep[a]);
+            p[a] = prep + a * nb;
+            x8_prepare(x[a], nb, offset, prep + a * nb);
         }
         for (int64_t g = 0; g < n_rows / X8_ROWS; g++) {
             const uint8_t *group = (const uint8_t *)w + (uint64_t)g * group_bytes;
+            const uint8_t *next = n_prep > X8_ACT_TILE && g + 1 < n_rows / X8_ROWS ? group + group_bytes : NULL;
             for (int t = 0; t < n_prep; t += X8_ACT_TILE) {
                 float *yt = y + (int64_t)(a0 + t) * ldy + g * X8_ROWS;
+                const uint8_t *pf = t == 0 ? next : NULL;
                 switch (n_prep - t < X8_ACT_TILE ? n_prep - t : X8_ACT_TILE) {
-                case 1: x8_group_tile(type, 1, nb, group, x + t, p + t, yt, ldy); break;
-                case 2: x8_group_tile(type, 2, nb, group, x + t, p + t, yt, ldy); break;
-                case 3: x8_group_tile(type, 3, nb, group, x + t, p + t, yt, ldy); break;
-                default: x8_group_tile(type, 4, nb, group, x + t, p + t, yt, ldy); break;
+                case 1: x8_group_tile(type, 1, nb, group, pf, x + t, p + t, yt, ldy); break;
+                case 2: x8_group_tile(type, 2, nb, group, pf, x + t, p + t, yt, ldy); break;
+                case 3: x8_group_tile(type, 3, nb, group, pf, x + t, p + t, yt, ldy); break;
+                default: x8_group_tile(type, 4, nb, group, pf, x + t, p + t, yt, ldy); break;
                 }
             }
         }

@@ -147,6 +147,25 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
     return _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo));
 }
 
+/* The exported vec_dot_rows kernel NAME around ROWS(g, n, weight_row, act,
+ * stride, out, ostride), an always-inlined function of g activation rows
+ * whose accumulators stay in registers: called for g = G while G rows are
+ * left, then 3, 2 or 1 (each a constant, so each call is its own copy). */
+#define DOT_ROWS_DRIVER(NAME, ROWS, G)                                                              \
+    void NAME(int64_t n, const void *weight_row, const void *act, uint64_t act_stride, int n_rows, float *out, \
+              int64_t out_stride) {                                                                 \
+        const char *a = act;                                                                        \
+        for (int r0 = 0; r0 < n_rows;) {                                                            \
+            const int left = n_rows - r0;                                                           \
+            const char *ar = a + (uint64_t)r0 * act_stride;                                         \
+            float *o = out + (int64_t)r0 * out_stride;                                              \
+            if (left >= G) ROWS(G, n, weight_row, ar, act_stride, o, out_stride), r0 += G;          \
+            else if (left == 3 && G > 3) ROWS(3, n, weight_row, ar, act_stride, o, out_stride), r0 += 3; \
+            else if (left >= 2 && G > 2) ROWS(2, n, weight_row, ar, act_stride, o, out_stride), r0 += 2; \
+            else ROWS(1, n, weight_row, ar, act_stride, o, out_stride), r0 += 1;                    \
+        }                                                                                           \
+    }
+
 /* One weight row of a legacy type against several Q8_0 activation rows (the
  * batched decode step, table.h vec_dot_rows). Each row's result has the bits
  * LEGACY_DOT_LOOP gives for that row alone: the same i32 lanes per block (the
@@ -192,20 +211,11 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
             out[r * ostride] =                                                                        \
                 hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]))); \
     }                                                                                                 \
-    void NAME(int64_t n, const void *weight_row, const void *act, uint64_t act_stride, int n_rows, float *out, \
-              int64_t out_stride) {                                                                   \
-        const WTYPE *x = weight_row;                                                                  \
-        const char *a = act;                                                                          \
-        for (int r0 = 0; r0 < n_rows;) {                                                              \
-            const int left = n_rows - r0;                                                             \
-            const char *ar = a + (uint64_t)r0 * act_stride;                                           \
-            float *o = out + (int64_t)r0 * out_stride;                                                \
-            if (left >= G) NAME##_group(G, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += G;     \
-            else if (left == 3 && G > 3) NAME##_group(3, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += 3; \
-            else if (left >= 2 && G > 2) NAME##_group(2, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += 2; \
-            else NAME##_group(1, n / QK8_0, x, ar, act_stride, o, out_stride), r0 += 1;                \
-        }                                                                                             \
-    }
+    static inline __attribute__((always_inline)) void NAME##_rows(                                    \
+        const int g, int64_t n, const void *w, const char *act, uint64_t stride, float *out, int64_t ostride) { \
+        NAME##_group(g, n / QK8_0, w, act, stride, out, ostride);                                     \
+    }                                                                                                 \
+    DOT_ROWS_DRIVER(NAME, NAME##_rows, G)
 
 /* Q4_1/Q5_1 x Q8_1: as LEGACY_DOT_LOOP, and one multiply gives both d_w*d_a
  * (even lanes, the block scales) and m_w*s_a (odd lanes, summed at the end). */
