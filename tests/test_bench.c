@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "bench/bench.h"
 #include "test.h"
 
@@ -174,6 +175,37 @@ TEST(bench_membw_and_rss_report_something) {
     CHECK(pkv_bench_rss_peak() >= now);
 }
 
+/* The probe answers every request from its own process, and a stopped
+ * probe's child is gone (no zombie left: waitpid in stop). */
+TEST(bench_membw_probe_reads_on_demand) {
+    pkv_error err;
+    CHECK(pkv_membw_probe_start(100, 1, 1, &err) == NULL);
+    pkv_membw_probe *p = pkv_membw_probe_start(8 << 20, 1, 1, &err);
+    REQUIRE_MSG(p, "%s", err.msg);
+    const uint64_t rss_before = pkv_bench_rss_now();
+    for (int i = 0; i < 3; i++) {
+        double bw = 0;
+        CHECK_MSG(pkv_membw_probe_read(p, &bw, &err) == 0, "%s", err.msg);
+        CHECK(bw > 1e8);
+    }
+    /* the buffer is the child's: this process did not grow by its 8 MiB */
+    CHECK(pkv_bench_rss_now() < rss_before + (4u << 20));
+    pkv_membw_probe_stop(p);
+}
+
+/* Readings handed out in turn by a fake probe; fails after `fail_after`. */
+typedef struct {
+    double values[4];
+    int calls, fail_after;
+} fake_bw;
+
+static int fake_read_bw(void *user, double *bw, pkv_error *err) {
+    fake_bw *f = user;
+    if (f->calls >= f->fail_after) return pkv_fail(err, PKV_ERR_IO, "fake probe: no reading %d", f->calls);
+    *bw = f->values[f->calls++ % 4];
+    return 0;
+}
+
 static pkv_bench_opts quick_opts(void) {
     pkv_bench_opts o;
     pkv_bench_opts_default(&o);
@@ -305,5 +337,37 @@ TEST(bench_rejects_bad_lengths_and_presses) {
     CHECK(pkv_press_cfg_check(snap, &err) == -1);
     CHECK(strstr(err.msg, "budget 4") && strstr(err.msg, "window 8"));
     pkv_press_cfg_free(snap);
+    pkv_model_free(m);
+}
+
+/* With a probe, a decode repetition is set against the mean of the readings
+ * just before and after it (one repetition: 10 and 30 GB/s, so 20), and
+ * the probe is read once more than there are repetitions; a failed reading
+ * fails the run with its message. */
+TEST(bench_decode_fraction_uses_the_readings_beside_it) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_bench_opts o = quick_opts();
+    o.reps = 1;
+    o.mem_bw = 1e9; /* not used once a probe is there */
+    fake_bw f = {{10e9, 30e9, 10e9, 30e9}, 0, 100};
+    o.read_bw = fake_read_bw;
+    o.read_bw_user = &f;
+    pkv_bench_result tg;
+    REQUIRE_MSG(pkv_bench_decode(m, &o, 8, &tg, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(f.calls, 2);
+    CHECK_NEAR(tg.mem_bw, 20e9, 1e-3);
+    CHECK_NEAR(tg.bw_fraction,
+               pkv_bench_bw_fraction(tg.decode_bytes_per_token, tg.ms_per_token.median / 1000.0, 20e9), 1e-12);
+    o.reps = 3; /* four readings: 10, 30, 10, 30 -> pairs of 20 each */
+    f.calls = 0;
+    REQUIRE_MSG(pkv_bench_decode(m, &o, 8, &tg, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(f.calls, 4);
+    CHECK_NEAR(tg.mem_bw, 20e9, 1e-3);
+    f.calls = 0;
+    f.fail_after = 1;
+    CHECK(pkv_bench_decode(m, &o, 8, &tg, &err) == -1);
+    CHECK(strstr(err.msg, "fake probe") != NULL);
     pkv_model_free(m);
 }
