@@ -59,12 +59,13 @@ TEST(repack_rows_dequantise_as_the_file) {
 
 /* The vector kernel against its scalar reference, bit for bit, for 1..9
  * activation rows at once (every row's result as when it is alone), block
- * counts odd and even, random and extreme quants; and the reference against
- * the GGUF rows' vec_dot within float rounding. */
+ * counts odd and even, random and extreme quants, rows short enough for one
+ * tile of 8 activation rows and long enough (2048) for tiles of 4; and the
+ * reference against the GGUF rows' vec_dot within float rounding. */
 TEST(repack_matvec_equals_reference) {
     const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
     enum { MAX_ACT = 9 };
-    static const int64_t lengths[] = {32, 96, 896, 1280};
+    static const int64_t lengths[] = {32, 96, 896, 1280, 2048};
     uint64_t rng = 5;
     int checked = 0;
     for (pkv_simd level = PKV_SIMD_AVX2; level <= pkv_simd_detect(); level++)
@@ -74,7 +75,7 @@ TEST(repack_matvec_equals_reference) {
         CHECK_MSG(k->matvec_x8[type] != NULL, "%s: no interleaved kernel at %s", pkv_type_get(type)->name,
                   pkv_simd_name(level));
         if (!k->matvec_x8[type]) continue;
-        for (int li = 0; li < 4; li++) {
+        for (int li = 0; li < (int)(sizeof lengths / sizeof lengths[0]); li++) {
             const int64_t K = lengths[li], M = 16;
             const uint64_t rb = pkv_row_bytes(type, K), ab = pkv_row_bytes(PKV_TYPE_Q8_0, K);
             uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M), *act = malloc(ab * MAX_ACT);

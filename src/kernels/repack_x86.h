@@ -31,8 +31,16 @@
 enum {
     X8_ROWS = PKV_X8_ROWS,
     X8_MAX_NB = 1024, /* K up to 32768 here; longer rows take the scalar reference (same bits) */
-    X8_ACT_TILE = 4,  /* activation rows advanced together over one group's blocks */
-    X8_MAX_ACT = 8,   /* activation rows prepared at once */
+    /* activation rows advanced together over one group's blocks: up to 8,
+     * so that a batch's group is read and unpacked once per step (two tiles
+     * of 4 read it twice, and the second pass waited on memory), as long as
+     * the tile's activation blocks and prepared scales fit X8_L1_ACT_BYTES,
+     * half of a 32 KiB L1 with the weights streaming past; else 4 (at
+     * K = 896, 8 rows of Q8_0 streamed 35% faster as one tile; at K = 2048,
+     * 50% slower: build/bench-dot q8_0 K M --x8 --rows 8) */
+    X8_ACT_TILE = 8,
+    X8_ACT_TILE_SMALL = 4,
+    X8_L1_ACT_BYTES = 16 << 10,
 };
 
 /* The 8 vectors of one interleaved block: vector q holds elements 4q..4q+3
@@ -85,28 +93,29 @@ static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t
 }
 
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
- * copy) activation rows; results to y[a * ldy + 0..7]. */
+ * copy) activation rows; results to y[a * ldy + 0..7]. With `next`, the next
+ * group's blocks are prefetched along the way: when later tiles read this
+ * group again (from L1), the next group is on its way meanwhile (8 rows of
+ * Q5_0 in two tiles streamed 18% faster with it). */
 static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
                                                                 const uint8_t *group, const uint8_t *next,
                                                                 const block_q8_0 *const *x,
                                                                 const x8_act_prep *const *p, float *y, int64_t ldy) {
     const uint64_t bb = pkv_x8_block_bytes(type);
     __m256 acc[X8_ACT_TILE][2];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int a = 0; a < na; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *blk = group + (uint64_t)(b + h) * bb;
-            if (next) {
-                const uint8_t *nblk = next + (uint64_t)(b + h) * bb;
-                for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)nblk + o, _MM_HINT_T0);
-            }
+            if (next)
+                for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)next + (uint64_t)(b + h) * bb + o, _MM_HINT_T0);
             __m256i q[8];
             x8_quants(type, blk, q);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
         }
     }
@@ -115,10 +124,10 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
         __m256i q[8];
         x8_quants(type, blk, q);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int a = 0; a < na; a++) _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
 }
 
@@ -131,11 +140,13 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
         return;
     }
     const uint64_t group_bytes = (uint64_t)nb * pkv_x8_block_bytes(type);
-    x8_act_prep prep[X8_MAX_ACT * X8_MAX_NB];
-    for (int a0 = 0; a0 < n_act; a0 += X8_MAX_ACT) {
-        const int n_prep = n_act - a0 < X8_MAX_ACT ? n_act - a0 : X8_MAX_ACT;
-        const block_q8_0 *x[X8_MAX_ACT];
-        const x8_act_prep *p[X8_MAX_ACT];
+    x8_act_prep prep[X8_ACT_TILE * X8_MAX_NB];
+    const uint64_t tile_bytes = (uint64_t)X8_ACT_TILE * nb * (sizeof(block_q8_0) + sizeof(x8_act_prep));
+    const int tile = tile_bytes <= X8_L1_ACT_BYTES ? X8_ACT_TILE : X8_ACT_TILE_SMALL;
+    for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
+        const int n_prep = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
+        const block_q8_0 *x[X8_ACT_TILE];
+        const x8_act_prep *p[X8_ACT_TILE];
         for (int a = 0; a < n_prep; a++) {
             x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
             p[a] = prep + a * nb;
@@ -143,15 +154,19 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
         }
         for (int64_t g = 0; g < n_rows / X8_ROWS; g++) {
             const uint8_t *group = (const uint8_t *)w + (uint64_t)g * group_bytes;
-            const uint8_t *next = n_prep > X8_ACT_TILE && g + 1 < n_rows / X8_ROWS ? group + group_bytes : NULL;
-            for (int t = 0; t < n_prep; t += X8_ACT_TILE) {
-                float *yt = y + (int64_t)(a0 + t) * ldy + g * X8_ROWS;
+            const uint8_t *next = n_prep > tile && g + 1 < n_rows / X8_ROWS ? group + group_bytes : NULL;
+            for (int t = 0; t < n_prep; t += tile) {
                 const uint8_t *pf = t == 0 ? next : NULL;
-                switch (n_prep - t < X8_ACT_TILE ? n_prep - t : X8_ACT_TILE) {
+                float *yt = y + (int64_t)(a0 + t) * ldy + g * X8_ROWS;
+                switch (n_prep - t < tile ? n_prep - t : tile) {
                 case 1: x8_group_tile(type, 1, nb, group, pf, x + t, p + t, yt, ldy); break;
                 case 2: x8_group_tile(type, 2, nb, group, pf, x + t, p + t, yt, ldy); break;
                 case 3: x8_group_tile(type, 3, nb, group, pf, x + t, p + t, yt, ldy); break;
-                default: x8_group_tile(type, 4, nb, group, pf, x + t, p + t, yt, ldy); break;
+                case 4: x8_group_tile(type, 4, nb, group, pf, x + t, p + t, yt, ldy); break;
+                case 5: x8_group_tile(type, 5, nb, group, pf, x + t, p + t, yt, ldy); break;
+                case 6: x8_group_tile(type, 6, nb, group, pf, x + t, p + t, yt, ldy); break;
+                case 7: x8_group_tile(type, 7, nb, group, pf, x + t, p + t, yt, ldy); break;
+                default: x8_group_tile(type, 8, nb, group, pf, x + t, p + t, yt, ldy); break;
                 }
             }
         }
