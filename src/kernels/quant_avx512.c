@@ -187,13 +187,7 @@ static inline __attribute__((always_inline)) void q4_K_rows(const int g, int64_t
     for (int r = 0; r < g; r++) out[r * ostride] = hsum_ps(acc[r]) - hsum_ps128(acc_m[r]);
 }
 
-float pkv_vec_dot_q4_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
-    float out;
-    q4_K_rows(1, n, weight_row, act_row, 0, &out, 0);
-    return out;
-}
-
-DOT_ROWS_DRIVER(pkv_vec_dot_rows_q4_K_avx512, q4_K_rows, K_ROWS)
+DOT_AND_DOT_ROWS(pkv_vec_dot_q4_K_avx512, pkv_vec_dot_rows_q4_K_avx512, q4_K_rows, K_ROWS)
 
 float pkv_vec_dot_q5_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
     const block_q5_K *x = weight_row;
@@ -280,10 +274,4 @@ static inline __attribute__((always_inline)) void q6_K_rows(const int g, int64_t
     for (int r = 0; r < g; r++) out[r * ostride] = _mm512_reduce_add_ps(acc[r]);
 }
 
-float pkv_vec_dot_q6_K_avx512(int64_t n, const void *weight_row, const void *act_row) {
-    float out;
-    q6_K_rows(1, n, weight_row, act_row, 0, &out, 0);
-    return out;
-}
-
-DOT_ROWS_DRIVER(pkv_vec_dot_rows_q6_K_avx512, q6_K_rows, K_ROWS)
+DOT_AND_DOT_ROWS(pkv_vec_dot_q6_K_avx512, pkv_vec_dot_rows_q6_K_avx512, q6_K_rows, K_ROWS)

@@ -166,6 +166,17 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
         }                                                                                           \
     }
 
+/* A type whose kernel ROWS is written for g activation rows: its vec_dot is
+ * the one-row case of the same code (so vec_dot_rows gives each row
+ * vec_dot's bits by construction) and its vec_dot_rows the driver above. */
+#define DOT_AND_DOT_ROWS(DOT, DOT_ROWS, ROWS, G)                                                    \
+    float DOT(int64_t n, const void *weight_row, const void *act_row) {                             \
+        float out;                                                                                  \
+        ROWS(1, n, weight_row, act_row, 0, &out, 0);                                                \
+        return out;                                                                                 \
+    }                                                                                               \
+    DOT_ROWS_DRIVER(DOT_ROWS, ROWS, G)
+
 /* One weight row of a legacy type against several Q8_0 activation rows (the
  * batched decode step, table.h vec_dot_rows). Each row's result has the bits
  * LEGACY_DOT_LOOP gives for that row alone: the same i32 lanes per block (the
