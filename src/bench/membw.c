@@ -57,9 +57,14 @@ static void reader_free(reader *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* What a reading needs, checked where a caller hands it in. */
+static int check_args(const char *who, uint64_t buf_bytes, int passes, pkv_error *err) {
+    if (buf_bytes < 4096 || passes < 1) return pkv_fail(err, PKV_ERR_ARG, "%s: buffer >= 4 KiB and passes >= 1", who);
+    return 0;
+}
+
 static int reader_init(reader *r, uint64_t buf_bytes, int n_threads, pkv_error *err) {
     memset(r, 0, sizeof *r);
-    if (buf_bytes < 4096) return pkv_fail(err, PKV_ERR_ARG, "membw: buffer >= 4 KiB");
     int64_t n_words = (int64_t)(buf_bytes / sizeof(uint64_t));
     r->buf = malloc((size_t)n_words * sizeof *r->buf);
     if (!r->buf) return pkv_fail(err, PKV_ERR_NOMEM, "membw: out of memory for a %llu-byte buffer",
@@ -93,7 +98,7 @@ static double reader_measure(reader *r, int passes) {
 
 int pkv_bench_membw(uint64_t buf_bytes, int n_threads, int passes, double *bytes_per_s, pkv_error *err) {
     *bytes_per_s = 0.0;
-    if (passes < 1) return pkv_fail(err, PKV_ERR_ARG, "membw: passes >= 1");
+    if (check_args("membw", buf_bytes, passes, err)) return -1;
     reader r;
     if (reader_init(&r, buf_bytes, n_threads, err)) return -1;
     *bytes_per_s = reader_measure(&r, passes);
@@ -150,10 +155,7 @@ static _Noreturn void probe_child(int fd, uint64_t buf_bytes, int n_threads, int
 }
 
 pkv_membw_probe *pkv_membw_probe_start(uint64_t buf_bytes, int n_threads, int passes, pkv_error *err) {
-    if (buf_bytes < 4096 || passes < 1) {
-        pkv_fail(err, PKV_ERR_ARG, "membw probe: buffer >= 4 KiB and passes >= 1");
-        return NULL;
-    }
+    if (check_args("membw probe", buf_bytes, passes, err)) return NULL;
     pkv_membw_probe *p = calloc(1, sizeof *p);
     int sv[2];
     if (!p || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {

@@ -69,8 +69,10 @@ void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
             snprintf(v[7], sizeof v[7], "%.3f (%.1f%%)", x->press_seconds, 100.0 * x->press_share);
         snprintf(v[8], sizeof v[8], "%.1f (%.1f)", mib(x->cache_bytes), mib(x->cache_bytes_full));
         if (x->peak_rss) snprintf(v[9], sizeof v[9], "%.0f", mib(x->peak_rss));
-        if (x->bw_fraction > 0) snprintf(v[10], sizeof v[10], "%.2f", x->bw_fraction);
-        if (x->bw_fraction > 0) snprintf(v[11], sizeof v[11], "%.1f", x->mem_bw / 1e9);
+        if (x->bw_fraction > 0) {
+            snprintf(v[10], sizeof v[10], "%.2f", x->bw_fraction);
+            snprintf(v[11], sizeof v[11], "%.1f", x->mem_bw / 1e9);
+        }
         for (int c = 0; c < N_TABLE_COLS; c++) cell(out, v[c], TABLE_COLS[c].width, TABLE_COLS[c].right);
         fputs("|\n", out);
     }

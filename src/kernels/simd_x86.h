@@ -191,7 +191,10 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
  * offset as signed bytes. */
 #define LEGACY_DOT_ROWS(NAME, WTYPE, G, SIGNED_QUANTS, DOT_U_S)                                      \
     static inline __attribute__((always_inline)) void NAME##_group(                                   \
-        const int g, int64_t nb, const WTYPE *x, const char *act, uint64_t stride, float *out, int64_t ostride) { \
+        const int g, int64_t n, const void *weight_row, const char *act, uint64_t stride, float *out,  \
+        int64_t ostride) {                                                                            \
+        const WTYPE *x = weight_row;                                                                  \
+        const int64_t nb = n / QK8_0;                                                                 \
         const block_q8_0 *y[G];                                                                       \
         __m256 acc[G][4];                                                                             \
         _Pragma("GCC unroll 8") for (int r = 0; r < g; r++) {                                                                 \
@@ -222,11 +225,7 @@ static inline __m256 half_pairs4(const void *base, size_t stride) {
             out[r * ostride] =                                                                        \
                 hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]))); \
     }                                                                                                 \
-    static inline __attribute__((always_inline)) void NAME##_rows(                                    \
-        const int g, int64_t n, const void *w, const char *act, uint64_t stride, float *out, int64_t ostride) { \
-        NAME##_group(g, n / QK8_0, w, act, stride, out, ostride);                                     \
-    }                                                                                                 \
-    DOT_ROWS_DRIVER(NAME, NAME##_rows, G)
+    DOT_ROWS_DRIVER(NAME, NAME##_group, G)
 
 /* Q4_1/Q5_1 x Q8_1: as LEGACY_DOT_LOOP, and one multiply gives both d_w*d_a
  * (even lanes, the block scales) and m_w*s_a (odd lanes, summed at the end). */
