@@ -60,12 +60,14 @@ TEST(repack_rows_dequantise_as_the_file) {
 /* The vector kernel against its scalar reference, bit for bit, for 1..9
  * activation rows at once (every row's result as when it is alone), block
  * counts odd and even, random and extreme quants, rows short enough for one
- * tile of 8 activation rows and long enough (2048) for tiles of 4; and the
- * reference against the GGUF rows' vec_dot within float rounding. */
+ * pass of 8 activation rows and long enough (2048 and up) to be taken a span
+ * of blocks at a time, over more groups than a span's batch (19 groups, an
+ * odd last span at K = 2080); and the reference against the GGUF rows'
+ * vec_dot within float rounding. */
 TEST(repack_matvec_equals_reference) {
     const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
     enum { MAX_ACT = 9 };
-    static const int64_t lengths[] = {32, 96, 896, 1280, 2048};
+    static const int64_t lengths[] = {32, 96, 896, 1280, 2048, 2080, 4160};
     uint64_t rng = 5;
     int checked = 0;
     for (pkv_simd level = PKV_SIMD_AVX2; level <= pkv_simd_detect(); level++)
@@ -76,11 +78,11 @@ TEST(repack_matvec_equals_reference) {
                   pkv_simd_name(level));
         if (!k->matvec_x8[type]) continue;
         for (int li = 0; li < (int)(sizeof lengths / sizeof lengths[0]); li++) {
-            const int64_t K = lengths[li], M = 16;
+            const int64_t K = lengths[li], M = K >= 2048 ? 152 : 16;
             const uint64_t rb = pkv_row_bytes(type, K), ab = pkv_row_bytes(PKV_TYPE_Q8_0, K);
             uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M), *act = malloc(ab * MAX_ACT);
             float *x = malloc(sizeof(float) * K);
-            float got[MAX_ACT * M], ref[MAX_ACT * M], one[M];
+            float *got = malloc(sizeof(float) * MAX_ACT * M), *ref = malloc(sizeof(float) * MAX_ACT * M), one[8];
             for (int rep = 0; rep < 3; rep++) {
                 random_rows(type, K, M, w, &rng, 0.1f, rep);
                 for (int a = 0; a < MAX_ACT; a++) {
@@ -110,7 +112,7 @@ TEST(repack_matvec_equals_reference) {
                 k->matvec_x8[type](K, w8 + 8 * rb, 8, act, ab, 1, one, M);
                 for (int m = 0; m < 8; m++) CHECK(same_bits(one[m], ref[8 + m]));
             }
-            free(w), free(w8), free(act), free(x);
+            free(w), free(w8), free(act), free(x), free(got), free(ref);
         }
     }
     /* where the CPU has AVX2, the kernels were there to check */

@@ -21,6 +21,8 @@
 #ifndef PKV_KERNEL_REPACK_X86_H
 #define PKV_KERNEL_REPACK_X86_H
 
+
+
 #include <immintrin.h>
 #include <string.h>
 
@@ -33,14 +35,23 @@ enum {
     X8_MAX_NB = 1024, /* K up to 32768 here; longer rows take the scalar reference (same bits) */
     /* activation rows advanced together over one group's blocks: up to 8,
      * so that a batch's group is read and unpacked once per step (two tiles
-     * of 4 read it twice, and the second pass waited on memory), as long as
-     * the tile's activation blocks and prepared scales fit X8_L1_ACT_BYTES,
-     * half of a 32 KiB L1 with the weights streaming past; else 4 (at
-     * K = 896, 8 rows of Q8_0 streamed 35% faster as one tile; at K = 2048,
-     * 50% slower: build/bench-dot q8_0 K M --x8 --rows 8) */
+     * of 4 read it twice, and the second pass waited on memory). A tile's
+     * activation blocks and prepared scales stay in L1 while they fit
+     * X8_L1_ACT_BYTES, half of a 32 KiB L1 with the weights streaming past;
+     * longer rows are taken a span of blocks at a time (below) */
     X8_ACT_TILE = 8,
-    X8_ACT_TILE_SMALL = 4,
     X8_L1_ACT_BYTES = 16 << 10,
+    /* Longer rows run 8 activation rows as one tile a span of blocks at a
+     * time (x8_matvec_spans): a span of the 8 rows' blocks and scales (8 x 24
+     * x 42 bytes, 8 KiB) stays in L1 while it meets the same span of
+     * X8_SPAN_GROUPS groups in turn, each group's accumulators kept between
+     * spans (X8_SPAN_GROUPS x 512 bytes). */
+    X8_SPAN_BLOCKS = 24,
+    X8_SPAN_GROUPS = 16,
+    /* fewer rows keep the whole row in one pass: at K = 8192, 2 rows in
+     * spans streamed 40% slower, 4 rows 10% faster, 8 rows 10% faster
+     * (build/bench-dot q8_0 8192 32768 --x8 --rows R, alternating) */
+    X8_SPAN_MIN_ROWS = 4,
 };
 
 /* The 8 vectors of one interleaved block: vector q holds elements 4q..4q+3
@@ -93,18 +104,23 @@ static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t
 }
 
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
- * copy) activation rows; results to y[a * ldy + 0..7]. With `next`, the next
- * group's blocks are prefetched along the way: when later tiles read this
- * group again (from L1), the next group is on its way meanwhile (8 rows of
- * Q5_0 in two tiles streamed 18% faster with it). */
+ * copy) activation rows over nb blocks; results to y[a * ldy + 0..7]. With
+ * `next`, the blocks read after these are prefetched along the way. A span
+ * of a longer row (x8_matvec_spans) starts from the accumulators in
+ * carry_in and, unless it is the row's last, leaves them in carry_out
+ * instead of y: spans start at even blocks, so every block meets the
+ * accumulator it meets in one pass, and the bits are the same. */
 static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
                                                                 const uint8_t *group, const uint8_t *next,
                                                                 const block_q8_0 *const *x,
-                                                                const x8_act_prep *const *p, float *y, int64_t ldy) {
+                                                                const x8_act_prep *const *p, float *y, int64_t ldy,
+                                                                const float *carry_in, float *carry_out) {
     const uint64_t bb = pkv_x8_block_bytes(type);
     __m256 acc[X8_ACT_TILE][2];
 #pragma GCC unroll 8
-    for (int a = 0; a < na; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+    for (int a = 0; a < na; a++)
+        for (int h = 0; h < 2; h++)
+            acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
 #pragma GCC unroll 2
@@ -128,7 +144,58 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
         for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
     }
 #pragma GCC unroll 8
-    for (int a = 0; a < na; a++) _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
+    for (int a = 0; a < na; a++) {
+        if (carry_out) {
+            _mm256_storeu_ps(carry_out + 2 * a * X8_ROWS, acc[a][0]);
+            _mm256_storeu_ps(carry_out + (2 * a + 1) * X8_ROWS, acc[a][1]);
+        } else {
+            _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
+        }
+    }
+}
+
+/* The piece used after group g's span at c0 in x8_matvec_spans' order: the
+ * next group's, or the batch's first group's next span, or the next batch's
+ * first group's first span; NULL after the last. (Prefetching two or three
+ * pieces ahead measured the same.) */
+static inline const uint8_t *x8_next_piece(const uint8_t *w, uint64_t group_bytes, uint64_t bb, int64_t nb,
+                                           int64_t n_groups, int64_t g0, int64_t c0, int64_t g) {
+    const int64_t gn = n_groups - g0 < X8_SPAN_GROUPS ? n_groups - g0 : X8_SPAN_GROUPS;
+    if (g + 1 < g0 + gn) return w + (uint64_t)(g + 1) * group_bytes + (uint64_t)c0 * bb;
+    if (c0 + X8_SPAN_BLOCKS < nb) return w + (uint64_t)g0 * group_bytes + (uint64_t)(c0 + X8_SPAN_BLOCKS) * bb;
+    return g0 + gn < n_groups ? w + (uint64_t)(g0 + gn) * group_bytes : NULL;
+}
+
+/* na (4..8) activation rows as one tile over rows too long for all their
+ * blocks to stay in L1 (X8_SPAN_BLOCKS): X8_SPAN_GROUPS groups at a time, a
+ * span of blocks at a time across those groups, so the span's activation
+ * blocks are read from L1 by every group and each group is read once. The
+ * weights arrive in pieces of a span (6.5 KiB of Q8_0), the next piece
+ * prefetched while one is used. */
+static inline __attribute__((always_inline)) void x8_matvec_spans(const uint32_t type, const int na, int64_t nb,
+                                                                  const uint8_t *w, int64_t n_groups,
+                                                                  const block_q8_0 *const *x,
+                                                                  const x8_act_prep *const *p, float *y,
+                                                                  int64_t ldy) {
+    const uint64_t bb = pkv_x8_block_bytes(type), group_bytes = (uint64_t)nb * bb;
+    float carry[X8_SPAN_GROUPS][2 * X8_ACT_TILE * X8_ROWS];
+    for (int64_t g0 = 0; g0 < n_groups; g0 += X8_SPAN_GROUPS) {
+        const int64_t gn = n_groups - g0 < X8_SPAN_GROUPS ? n_groups - g0 : X8_SPAN_GROUPS;
+        for (int64_t c0 = 0; c0 < nb; c0 += X8_SPAN_BLOCKS) {
+            const int64_t cn = nb - c0 < X8_SPAN_BLOCKS ? nb - c0 : X8_SPAN_BLOCKS;
+            const bool first = c0 == 0, last = c0 + cn == nb;
+            const block_q8_0 *xs[X8_ACT_TILE];
+            const x8_act_prep *ps[X8_ACT_TILE];
+            for (int a = 0; a < na; a++) xs[a] = x[a] + c0, ps[a] = p[a] + c0;
+            for (int64_t g = g0; g < g0 + gn; g++) {
+                const uint8_t *piece = w + (uint64_t)g * group_bytes + (uint64_t)c0 * bb;
+                const uint8_t *next = x8_next_piece(w, group_bytes, bb, nb, n_groups, g0, c0, g);
+                float *carry_g = carry[g - g0];
+                x8_group_tile(type, na, cn, piece, next, xs, ps, y + g * X8_ROWS, ldy, first ? NULL : carry_g,
+                              last ? NULL : carry_g);
+            }
+        }
+    }
 }
 
 static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int offset, int64_t k, const void *w,
@@ -141,33 +208,38 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
     }
     const uint64_t group_bytes = (uint64_t)nb * pkv_x8_block_bytes(type);
     x8_act_prep prep[X8_ACT_TILE * X8_MAX_NB];
-    const uint64_t tile_bytes = (uint64_t)X8_ACT_TILE * nb * (sizeof(block_q8_0) + sizeof(x8_act_prep));
-    const int tile = tile_bytes <= X8_L1_ACT_BYTES ? X8_ACT_TILE : X8_ACT_TILE_SMALL;
     for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
-        const int n_prep = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
+        const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
         const block_q8_0 *x[X8_ACT_TILE];
         const x8_act_prep *p[X8_ACT_TILE];
-        for (int a = 0; a < n_prep; a++) {
+        for (int a = 0; a < na; a++) {
             x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
             p[a] = prep + a * nb;
             x8_prepare(x[a], nb, offset, prep + a * nb);
         }
+        float *ya = y + (int64_t)a0 * ldy;
+        if (na >= X8_SPAN_MIN_ROWS && (uint64_t)na * nb * (sizeof(block_q8_0) + sizeof(x8_act_prep)) > X8_L1_ACT_BYTES) {
+            switch (na) {
+            case 4: x8_matvec_spans(type, 4, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
+            case 5: x8_matvec_spans(type, 5, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
+            case 6: x8_matvec_spans(type, 6, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
+            case 7: x8_matvec_spans(type, 7, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
+            default: x8_matvec_spans(type, 8, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
+            }
+            continue;
+        }
         for (int64_t g = 0; g < n_rows / X8_ROWS; g++) {
             const uint8_t *group = (const uint8_t *)w + (uint64_t)g * group_bytes;
-            const uint8_t *next = n_prep > tile && g + 1 < n_rows / X8_ROWS ? group + group_bytes : NULL;
-            for (int t = 0; t < n_prep; t += tile) {
-                const uint8_t *pf = t == 0 ? next : NULL;
-                float *yt = y + (int64_t)(a0 + t) * ldy + g * X8_ROWS;
-                switch (n_prep - t < tile ? n_prep - t : tile) {
-                case 1: x8_group_tile(type, 1, nb, group, pf, x + t, p + t, yt, ldy); break;
-                case 2: x8_group_tile(type, 2, nb, group, pf, x + t, p + t, yt, ldy); break;
-                case 3: x8_group_tile(type, 3, nb, group, pf, x + t, p + t, yt, ldy); break;
-                case 4: x8_group_tile(type, 4, nb, group, pf, x + t, p + t, yt, ldy); break;
-                case 5: x8_group_tile(type, 5, nb, group, pf, x + t, p + t, yt, ldy); break;
-                case 6: x8_group_tile(type, 6, nb, group, pf, x + t, p + t, yt, ldy); break;
-                case 7: x8_group_tile(type, 7, nb, group, pf, x + t, p + t, yt, ldy); break;
-                default: x8_group_tile(type, 8, nb, group, pf, x + t, p + t, yt, ldy); break;
-                }
+            float *yg = ya + g * X8_ROWS;
+            switch (na) {
+            case 1: x8_group_tile(type, 1, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            case 2: x8_group_tile(type, 2, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            case 3: x8_group_tile(type, 3, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            case 4: x8_group_tile(type, 4, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            case 5: x8_group_tile(type, 5, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            case 6: x8_group_tile(type, 6, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            case 7: x8_group_tile(type, 7, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+            default: x8_group_tile(type, 8, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
             }
         }
     }
