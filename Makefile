@@ -1,6 +1,7 @@
 # promptkv — build, test, run.
 #   make            library + CLI (build/promptkv, build/libpromptkv.a) + build/bench-press (press timings)
-#                   + build/bench-threads (the thread pool's cost per step), build/bench-dot (one dot kernel)
+#                   + build/bench-threads (the thread pool's cost per step), build/bench-dot (one dot kernel),
+#                   build/bench-attn (one head's decode attention)
 #   make run        build, install the default model, run the demo
 #   make test       every test suite (unit, sanitizers, golden, real model); ends with "N passed, N failed"
 #   make test-qwen1.5b  the Qwen2.5-Coder-1.5B-Instruct checks against llama.cpp (perplexity, tokenizer;
@@ -77,6 +78,8 @@ $(1)/bench-press: $(1)/tools/bench-press.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-dot: $(1)/tools/bench-dot.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
+$(1)/bench-attn: $(1)/tools/bench-attn.o $(1)/libpromptkv.a
+	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/bench-threads: $(1)/tools/bench-threads.o $(1)/libpromptkv.a
 	$$(CC) $$(CFLAGS_COMMON) $$(OPT) $(2) $$^ -o $$@ -lm $(3)
 $(1)/protokv-diagnose: $(1)/tools/protokv-diagnose.o $(1)/libpromptkv_eval.a $(1)/libpromptkv.a
@@ -105,7 +108,7 @@ $(eval $(call build_tree,$(BUILD),,))
 $(eval $(call build_tree,$(BUILD)/san,$(SAN_FLAGS),$(SAN_FLAGS)))
 
 .PHONY: all lib cli tests run test test-qwen1.5b model fuzz fuzz-request fuzz-http fuzz-tokenizer fuzz-chat fuzz-cachefile deps clean demo bench
-all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/bench-threads $(BUILD)/bench-dot $(BUILD)/protokv-diagnose
+all: deps $(BUILD)/libpromptkv.a $(BUILD)/promptkv $(BUILD)/bench-press $(BUILD)/bench-threads $(BUILD)/bench-dot $(BUILD)/bench-attn $(BUILD)/protokv-diagnose
 deps:
 	@tools/install-deps.sh
 lib: $(BUILD)/libpromptkv.a

@@ -187,6 +187,62 @@ TEST(attn_block_fused_equals_reference) {
     CHECK(pkv_simd_detect() < PKV_SIMD_AVX512 || checked > 0);
 }
 
+/* att_block_f16 (whole blocks of f16 cache rows read where they lie) has the
+ * bits of staging each block (the scalar att_stage) and pkv_att_block_ref,
+ * block after block: 1..8 query rows, one to three blocks (taken in pairs
+ * where the rows allow), key widths of one to sixteen 16-lane chunks, value
+ * widths with and without masked tails, first and later blocks. A swapped
+ * pair of lanes in the in-register transpose, or a value row read from the
+ * wrong place, changes the scores or the outputs. */
+TEST(attn_block_f16_equals_staged) {
+    enum { MAXD = 256, MAXQ = PKV_ATT_F16_MAX_Q, MAXB = 3 };
+    static float q[MAXQ * MAXD], kt[MAXD * 16], vt[16 * MAXD], kf[MAXB * 16 * MAXD], vf[MAXB * 16 * MAXD],
+        o[2][MAXQ * MAXD];
+    static uint16_t kh[MAXB * 16 * MAXD], vh[MAXB * 16 * MAXD];
+    float m[2][MAXQ], l[2][MAXQ];
+    const int dks[] = {16, 64, 128, 256}, dvs[] = {9, 16, 64, 80, 128, 256};
+    const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
+    uint64_t rng = 11;
+    pkv_simd lv[3];
+    const int nl = n_levels(lv);
+    int checked = 0;
+    for (int li = 0; li < nl; li++) {
+        const pkv_kernels *k = pkv_kernels_get(lv[li]);
+        if (lv[li] == PKV_SIMD_AVX512) CHECK(k->att_block_f16 != NULL);
+        if (!k->att_block_f16) continue;
+        for (int di = 0; di < 4; di++)
+            for (int vi = 0; vi < 6; vi++)
+                for (int nq = 1; nq <= MAXQ; nq++)
+                    for (int nb = 1; nb <= MAXB; nb++) {
+                        const int dk = dks[di], dv = dvs[vi];
+                        for (int i = 0; i < nb * 16 * dk; i++) kf[i] = rng_sym(&rng) * (nq % 2 ? 8.0f : 1.0f);
+                        for (int i = 0; i < nb * 16 * dv; i++) vf[i] = rng_sym(&rng);
+                        sk->f32_to_f16(kf, kh, nb * 16 * dk);
+                        sk->f32_to_f16(vf, vh, nb * 16 * dv);
+                        for (int i = 0; i < nq * dk; i++) q[i] = rng_sym(&rng);
+                        for (int i = 0; i < nq; i++) {
+                            const bool first = (i + vi) % 3 == 0;
+                            m[0][i] = m[1][i] = first ? -INFINITY : rng_sym(&rng) * 4.0f;
+                            l[0][i] = l[1][i] = first ? 0.0f : 1.0f + rng_sym(&rng);
+                        }
+                        for (int i = 0; i < nq * dv; i++) o[0][i] = o[1][i] = rng_sym(&rng);
+                        const float scale = 1.0f / sqrtf((float)dk);
+                        for (int b = 0; b < nb; b++) {
+                            sk->att_stage(kh + b * 16 * dk, vh + b * 16 * dv, 16, dk, dv, PKV_TYPE_F16, PKV_TYPE_F16,
+                                          kt, vt);
+                            pkv_att_block_ref(nq, dk, dv, q, kt, vt, scale, m[0], l[0], o[0]);
+                        }
+                        k->att_block_f16(nq, dk, dv, q, kh, vh, nb, scale, m[1], l[1], o[1]);
+                        CHECK_MSG(same_floats(m[0], m[1], (size_t)nq) && same_floats(l[0], l[1], (size_t)nq) &&
+                                      same_floats(o[0], o[1], (size_t)nq * dv),
+                                  "att_block_f16 %s differs from staging and the reference (dk %d dv %d nq %d, %d blocks)",
+                                  pkv_simd_name(lv[li]), dk, dv, nq, nb);
+                        checked++;
+                    }
+    }
+    CHECK(pkv_simd_detect() < PKV_SIMD_AVX512 || checked == 4 * 6 * MAXQ * MAXB);
+}
+
 /* ------------------------------------------------------------------ full attention */
 
 typedef struct {

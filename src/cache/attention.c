@@ -262,11 +262,22 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
             if (tl->hi[t] < whole1) whole1 = tl->hi[t];
         }
     }
+    /* a decode tile's few query rows read whole f16 blocks where they lie
+     * (the same bits as staged) */
+    const bool f16_direct = k->att_block_f16 && c->kern_k == PKV_TYPE_F16 && c->kern_v == PKV_TYPE_F16 &&
+                            nq <= PKV_ATT_F16_MAX_Q && dk % 16 == 0;
     int ja[TILE_Q], jb[TILE_Q];
     for (int kb = r0; kb < r1; kb += PKV_ATT_BK) {
         const int n = kh->n_rows - kb < PKV_ATT_BK ? kh->n_rows - kb : PKV_ATT_BK;
+        const bool whole = kb >= whole0 && kb + PKV_ATT_BK <= whole1;
+        if (whole && f16_direct) {
+            const int nb = (whole1 - kb) / PKV_ATT_BK; /* the rest of the whole blocks, in one call */
+            k->att_block_f16(nq, dk, dv, qb, pkv_kv_key(L, kh, kb), pkv_kv_value(L, kh, kb), nb, scale, m, l, o);
+            kb += (nb - 1) * PKV_ATT_BK;
+            continue;
+        }
         k->att_stage(pkv_kv_key(L, kh, kb), pkv_kv_value(L, kh, kb), n, dk, dv, c->kern_k, c->kern_v, kt, vt);
-        if (kb >= whole0 && kb + PKV_ATT_BK <= whole1) {
+        if (whole) {
             k->att_block(nq, dk, dv, qb, kt, vt, scale, m, l, o);
             continue;
         }

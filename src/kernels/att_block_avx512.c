@@ -11,6 +11,13 @@
  *
  * Rows go four at a time: 4 score registers, then 4 rows x 4 registers of
  * output (64 value dimensions per pass) stay in the 32 vector registers.
+ *
+ * att_block_f16 is the same step on f16 cache rows where they lie, for a
+ * decode step's few query rows per KV head: staging a block (converting and
+ * transposing its keys, converting its values, through memory) cost more
+ * than the attention itself there; here 16 dimensions of the block's 16 keys
+ * are converted and transposed in registers and the values are converted as
+ * they are loaded, the same values in the same order.
  */
 #include <immintrin.h>
 
@@ -54,11 +61,20 @@ static inline float block_max(__m512 v, float m) {
     return b > m ? b : m;
 }
 
+/* Lanes e0 .. e0 + 15 of value row j, masked: staged f32 rows (vt), or the
+ * cache's f16 rows where they lie (vh; converted exactly, the values
+ * att_stage would have written). */
+static inline __attribute__((always_inline)) __m512 value_lanes(const float *vt, const uint16_t *vh, int dv, int j,
+                                                                int e, __mmask16 mk) {
+    if (vh) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, vh + (size_t)j * dv + e));
+    return _mm512_maskz_loadu_ps(mk, vt + (size_t)j * dv + e);
+}
+
 /* o[a][e0 .. e0 + 16c) of R rows: scaled by alpha, then the 16 keys' values
  * in order; lanes past dv masked off (tail). */
 static inline __attribute__((always_inline)) void accum_cols(const int R, const int C, __mmask16 tail, int dv, int e0,
                                                              const float *p, const float *alpha, const float *vt,
-                                                             float *o) {
+                                                             const uint16_t *vh, float *o) {
     __m512 x[4][4];
 #pragma GCC unroll 4
     for (int a = 0; a < R; a++) {
@@ -74,7 +90,7 @@ static inline __attribute__((always_inline)) void accum_cols(const int R, const 
         __m512 v[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
-            v[c] = _mm512_maskz_loadu_ps(c == C - 1 ? tail : (__mmask16)0xFFFF, vt + (size_t)j * dv + e0 + 16 * c);
+            v[c] = value_lanes(vt, vh, dv, j, e0 + 16 * c, c == C - 1 ? tail : (__mmask16)0xFFFF);
 #pragma GCC unroll 4
         for (int a = 0; a < R; a++) {
             const __m512 pa = _mm512_set1_ps(p[a * PKV_ATT_BK + j]);
@@ -89,18 +105,12 @@ static inline __attribute__((always_inline)) void accum_cols(const int R, const 
             _mm512_mask_storeu_ps(o + (size_t)a * dv + e0 + 16 * c, c == C - 1 ? tail : (__mmask16)0xFFFF, x[a][c]);
 }
 
-/* R (1..4) query rows at q, their m, l and output rows. */
-static inline __attribute__((always_inline)) void block_rows(const int R, int dk, int dv, const float *q,
-                                                             const float *kt, const float *vt, float scale, float *m,
-                                                             float *l, float *o) {
-    __m512 s[4];
-#pragma GCC unroll 4
-    for (int a = 0; a < R; a++) s[a] = _mm512_setzero_ps();
-    for (int d = 0; d < dk; d++) {
-        const __m512 kd = _mm512_loadu_ps(kt + d * PKV_ATT_BK);
-#pragma GCC unroll 4
-        for (int a = 0; a < R; a++) s[a] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)a * dk + d]), kd, s[a]);
-    }
+/* The online-softmax step and the accumulation for R (1..4) query rows
+ * whose block scores are s[0..R), their m, l and output rows; values staged
+ * (vt) or f16 cache rows (vh). */
+static inline __attribute__((always_inline)) void finish_rows(const int R, const __m512 *s, int dv, const float *vt,
+                                                              const uint16_t *vh, float scale, float *m, float *l,
+                                                              float *o) {
     float p[4 * PKV_ATT_BK], alpha[16] = {0}, sums[4];
 #pragma GCC unroll 4
     for (int a = 0; a < R; a++) {
@@ -116,18 +126,33 @@ static inline __attribute__((always_inline)) void block_rows(const int R, int dk
 #pragma GCC unroll 4
     for (int a = 0; a < R; a++) l[a] = l[a] * alpha[a] + sums[a];
     int e = 0;
-    for (; e + 64 <= dv; e += 64) accum_cols(R, 4, 0xFFFF, dv, e, p, alpha, vt, o);
+    for (; e + 64 <= dv; e += 64) accum_cols(R, 4, 0xFFFF, dv, e, p, alpha, vt, vh, o);
     const int rest = dv - e;
     if (rest > 0) {
         const int c = (rest + 15) / 16;
         const __mmask16 tail = (__mmask16)(rest % 16 ? (1u << (rest % 16)) - 1 : 0xFFFF);
         switch (c) {
-        case 1: accum_cols(R, 1, tail, dv, e, p, alpha, vt, o); break;
-        case 2: accum_cols(R, 2, tail, dv, e, p, alpha, vt, o); break;
-        case 3: accum_cols(R, 3, tail, dv, e, p, alpha, vt, o); break;
-        default: accum_cols(R, 4, tail, dv, e, p, alpha, vt, o); break;
+        case 1: accum_cols(R, 1, tail, dv, e, p, alpha, vt, vh, o); break;
+        case 2: accum_cols(R, 2, tail, dv, e, p, alpha, vt, vh, o); break;
+        case 3: accum_cols(R, 3, tail, dv, e, p, alpha, vt, vh, o); break;
+        default: accum_cols(R, 4, tail, dv, e, p, alpha, vt, vh, o); break;
         }
     }
+}
+
+/* R (1..4) query rows at q, their m, l and output rows, on a staged block. */
+static inline __attribute__((always_inline)) void block_rows(const int R, int dk, int dv, const float *q,
+                                                             const float *kt, const float *vt, float scale, float *m,
+                                                             float *l, float *o) {
+    __m512 s[4];
+#pragma GCC unroll 4
+    for (int a = 0; a < R; a++) s[a] = _mm512_setzero_ps();
+    for (int d = 0; d < dk; d++) {
+        const __m512 kd = _mm512_loadu_ps(kt + d * PKV_ATT_BK);
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++) s[a] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)a * dk + d]), kd, s[a]);
+    }
+    finish_rows(R, s, dv, vt, NULL, scale, m, l, o);
 }
 
 void pkv_att_block_avx512(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
@@ -140,5 +165,97 @@ void pkv_att_block_avx512(int nq, int dk, int dv, const float *q, const float *k
     case 2: block_rows(2, dk, dv, q + (size_t)i * dk, kt, vt, scale, m + i, l + i, o + (size_t)i * dv); break;
     case 1: block_rows(1, dk, dv, q + (size_t)i * dk, kt, vt, scale, m + i, l + i, o + (size_t)i * dv); break;
     default: break;
+    }
+}
+
+/* r[i] lane c -> r[c] lane i: sixteen rows of 16 floats transposed (pairs
+ * of 32-bit, then 64-bit elements within each 128-bit lane, then the 128-bit
+ * lanes across registers). */
+static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4i + c] lane L: rows 4i..4i+3 of column 4L + c */
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]),
+                      c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD),
+                     x2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
+                     y2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+        t[c] = _mm512_shuffle_f32x4(x, x2, 0x88);
+        t[8 + c] = _mm512_shuffle_f32x4(x, x2, 0xDD);
+        t[4 + c] = _mm512_shuffle_f32x4(y, y2, 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(y, y2, 0xDD);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* The scores of R (1..8) query rows against a block of 16 f16 key rows
+ * (dk % 16 == 0): 16 dimensions of the 16 rows converted and transposed in
+ * registers, then the multiply-adds of block_rows in its order (d ascending,
+ * from zero). (Two blocks' scores at once, for two independent chains per
+ * row, spilled registers and measured 15% slower.) */
+static inline __attribute__((always_inline)) void scores_f16(const int R, int dk, const float *q, const uint16_t *kh,
+                                                             float *sc) {
+    __m512 s[8];
+#pragma GCC unroll 8
+    for (int a = 0; a < R; a++) s[a] = _mm512_setzero_ps();
+    for (int d0 = 0; d0 < dk; d0 += 16) {
+        __m512 t[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < PKV_ATT_BK; j++)
+            t[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kh + (size_t)j * dk + d0)));
+        transpose16(t);
+#pragma GCC unroll 16
+        for (int dd = 0; dd < 16; dd++)
+#pragma GCC unroll 8
+            for (int a = 0; a < R; a++)
+                s[a] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)a * dk + d0 + dd]), t[dd], s[a]);
+    }
+#pragma GCC unroll 8
+    for (int a = 0; a < R; a++) _mm512_storeu_ps(sc + a * PKV_ATT_BK, s[a]);
+}
+
+void pkv_att_block_f16_avx512(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
+                              int n_blocks, float scale, float *m, float *l, float *o) {
+    float sc[PKV_ATT_F16_MAX_Q * PKV_ATT_BK];
+    for (int b = 0; b < n_blocks; b++) {
+        const uint16_t *kb = kh + (size_t)b * PKV_ATT_BK * dk, *vb = vh + (size_t)b * PKV_ATT_BK * dv;
+        switch (nq) {
+        case 1: scores_f16(1, dk, q, kb, sc); break;
+        case 2: scores_f16(2, dk, q, kb, sc); break;
+        case 3: scores_f16(3, dk, q, kb, sc); break;
+        case 4: scores_f16(4, dk, q, kb, sc); break;
+        case 5: scores_f16(5, dk, q, kb, sc); break;
+        case 6: scores_f16(6, dk, q, kb, sc); break;
+        case 7: scores_f16(7, dk, q, kb, sc); break;
+        default: scores_f16(8, dk, q, kb, sc); break;
+        }
+        /* the softmax step and the accumulation, rows in fours */
+        __m512 s[4];
+        int i = 0;
+        for (; i + 4 <= nq; i += 4) {
+            for (int a = 0; a < 4; a++) s[a] = _mm512_loadu_ps(sc + (i + a) * PKV_ATT_BK);
+            finish_rows(4, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv);
+        }
+        for (int a = 0; a < nq - i; a++) s[a] = _mm512_loadu_ps(sc + (i + a) * PKV_ATT_BK);
+        switch (nq - i) {
+        case 3: finish_rows(3, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
+        case 2: finish_rows(2, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
+        case 1: finish_rows(1, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
+        default: break;
+        }
     }
 }

@@ -190,6 +190,7 @@ static const pkv_kernels avx512_kernels = {
     .att_scores = pkv_att_scores_avx512,
     .att_accum = pkv_att_accum_avx512,
     .att_block = pkv_att_block_avx512,
+    .att_block_f16 = pkv_att_block_f16_avx512,
     .gemm =
         {
             [PKV_TYPE_F32] = pkv_gemm_f32_avx512,

@@ -205,7 +205,10 @@ typedef struct {
 
 typedef void (*pkv_gemm_fn)(const pkv_gemm_args *a);
 
-enum { PKV_ATT_BK = 16 }; /* keys per attention block (att_* kernels below) */
+enum {
+    PKV_ATT_BK = 16,        /* keys per attention block (att_* kernels below) */
+    PKV_ATT_F16_MAX_Q = 8, /* query rows att_block_f16 takes at once */
+};
 
 /* The row types of the KV cache that att_stage reads: F32, F16 and the
  * 32-element blocks Q8_0 and Q4_0 (d a multiple of 32 for those). Bytes of
@@ -269,6 +272,15 @@ typedef struct pkv_kernels {
      * between them. NULL: attention.c runs the steps one by one. */
     void (*att_block)(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
                       float *l, float *o);
+    /* att_block_f16: att_stage then att_block, bit for bit, block after
+     * block, on n_blocks whole blocks of PKV_ATT_BK f16 cache rows read where
+     * they lie (keys kh[j * dk + d], values vh[j * dv + e], j over all the
+     * blocks' rows), for 1..PKV_ATT_F16_MAX_Q query rows and dk % 16 == 0: a
+     * decode step's few query rows per KV head paid more for staging a block
+     * than for attending to it (docs/performance.md, "Decode attention").
+     * NULL: attention.c stages. */
+    void (*att_block_f16)(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
+                          int n_blocks, float scale, float *m, float *l, float *o);
 
     /* batched matmul kernels by weight type (NULL: none, as in the scalar
      * table, whose references need FMA; see above) */
