@@ -250,6 +250,8 @@ static int run_membw(const bench_args *a, bool print, double *bw_at_threads) {
         double bw;
         pkv_error err;
         if (pkv_bench_membw(a->membw_size, t, 5, &bw, &err)) {
+            if (print) printf("\n"); /* the line begun above ends before the error's own line */
+            fflush(stdout);
             cli_error("bench", "%s", err.msg);
             return -1;
         }

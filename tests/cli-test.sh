@@ -201,6 +201,10 @@ expect_out bench_csv_stdout '^test,kind,press,n_prompt' -- "$bin" bench -m "$tin
 expect_out bench_mem '\| none \| 64: ' -- "$bin" bench -m "$tiny" --mem 1G --mem-probe 64,128 -t 2 \
     --presses none,snapkv:budget=40:window=8
 expect_out bench_membw_only 'memory read bandwidth .* 1 thread [0-9.]+ GB/s' -- "$bin" bench --membw-only -t 1 --membw-size 16M
+expect bench_membw_size_too_small 1 'membw: buffer >= 4 KiB' -- "$bin" bench --membw-only -t 1 --membw-size 100
+# the report's first line is ended before the error's own line
+expect_out bench_membw_error_on_its_own_line '^promptkv bench: error: membw' -- \
+    sh -c "\"$bin\" bench --membw-only -t 1 --membw-size 100 2>&1 | tail -n 1"
 expect bench_no_model 2 'a model is required' -- "$bin" bench -p 16
 expect bench_bad_list 2 '--depths expects an integer' -- "$bin" bench -m "$tiny" --depths 64,x
 expect bench_bad_press 2 "unknown press 'snapk'" -- "$bin" bench -m "$tiny" --presses none,snapk:budget=40
