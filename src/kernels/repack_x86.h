@@ -21,8 +21,6 @@
 #ifndef PKV_KERNEL_REPACK_X86_H
 #define PKV_KERNEL_REPACK_X86_H
 
-
-
 #include <immintrin.h>
 #include <string.h>
 
@@ -41,9 +39,9 @@ enum {
      * longer rows are taken a span of blocks at a time (below) */
     X8_ACT_TILE = 8,
     X8_L1_ACT_BYTES = 16 << 10,
-    /* Longer rows run 8 activation rows as one tile a span of blocks at a
-     * time (x8_matvec_spans): a span of the 8 rows' blocks and scales (8 x 24
-     * x 42 bytes, 8 KiB) stays in L1 while it meets the same span of
+    /* Longer rows run 4 to 8 activation rows as one tile a span of blocks
+     * at a time (x8_matvec_spans): a span of 8 rows' blocks and scales (8 x
+     * 24 x 42 bytes, 8 KiB) stays in L1 while it meets the same span of
      * X8_SPAN_GROUPS groups in turn, each group's accumulators kept between
      * spans (X8_SPAN_GROUPS x 512 bytes). */
     X8_SPAN_BLOCKS = 24,
