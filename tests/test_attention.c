@@ -143,6 +143,24 @@ TEST(attn_block_kernels_levels_bit_identical) {
     CHECK(n_staged_quant >= 12); /* the quantised pairs ran at several sizes, not skipped */
 }
 
+/* The running state a block meets, the same in both copies: per query row
+ * the first block (m = -inf, l = 0, as salt picks) or a later one, and
+ * random output rows. */
+static void random_block_state(int nq, int dv, int salt, uint64_t *rng, float *m0, float *m1, float *l0, float *l1,
+                               float *o0, float *o1) {
+    for (int i = 0; i < nq; i++) {
+        const bool first = (i + salt) % 3 == 0;
+        m0[i] = m1[i] = first ? -INFINITY : rng_sym(rng) * 4.0f;
+        l0[i] = l1[i] = first ? 0.0f : 1.0f + rng_sym(rng);
+    }
+    for (int i = 0; i < nq * dv; i++) o0[i] = o1[i] = rng_sym(rng);
+}
+
+static bool same_block_state(int nq, int dv, const float *m0, const float *m1, const float *l0, const float *l1,
+                             const float *o0, const float *o1) {
+    return same_floats(m0, m1, (size_t)nq) && same_floats(l0, l1, (size_t)nq) && same_floats(o0, o1, (size_t)nq * dv);
+}
+
 /* att_block (the fused whole-block step) computes pkv_att_block_ref's bits:
  * rows in fours and every remainder, value widths in 64-lane passes and
  * masked tails, the first block (m = -inf, l = 0) and later ones, scores
@@ -168,17 +186,11 @@ TEST(attn_block_fused_equals_reference) {
                     for (int i = 0; i < dk * 16; i++) kt[i] = rng_sym(&rng) * (qi % 2 ? 8.0f : 1.0f);
                     for (int i = 0; i < 16 * dv; i++) vt[i] = rng_sym(&rng);
                     for (int i = 0; i < nq * dk; i++) q[i] = rng_sym(&rng);
-                    for (int i = 0; i < nq; i++) {
-                        const bool first = (i + vi) % 3 == 0;
-                        m[0][i] = m[1][i] = first ? -INFINITY : rng_sym(&rng) * 4.0f;
-                        l[0][i] = l[1][i] = first ? 0.0f : 1.0f + rng_sym(&rng);
-                    }
-                    for (int i = 0; i < nq * dv; i++) o[0][i] = o[1][i] = rng_sym(&rng);
+                    random_block_state(nq, dv, vi, &rng, m[0], m[1], l[0], l[1], o[0], o[1]);
                     const float scale = 1.0f / sqrtf((float)dk);
                     pkv_att_block_ref(nq, dk, dv, q, kt, vt, scale, m[0], l[0], o[0]);
                     k->att_block(nq, dk, dv, q, kt, vt, scale, m[1], l[1], o[1]);
-                    CHECK_MSG(same_floats(m[0], m[1], (size_t)nq) && same_floats(l[0], l[1], (size_t)nq) &&
-                                  same_floats(o[0], o[1], (size_t)nq * dv),
+                    CHECK_MSG(same_block_state(nq, dv, m[0], m[1], l[0], l[1], o[0], o[1]),
                               "att_block %s differs from the reference (dk %d dv %d nq %d)", pkv_simd_name(lv[li]), dk,
                               dv, nq);
                     checked++;
@@ -220,12 +232,7 @@ TEST(attn_block_f16_equals_staged) {
                         sk->f32_to_f16(kf, kh, nb * 16 * dk);
                         sk->f32_to_f16(vf, vh, nb * 16 * dv);
                         for (int i = 0; i < nq * dk; i++) q[i] = rng_sym(&rng);
-                        for (int i = 0; i < nq; i++) {
-                            const bool first = (i + vi) % 3 == 0;
-                            m[0][i] = m[1][i] = first ? -INFINITY : rng_sym(&rng) * 4.0f;
-                            l[0][i] = l[1][i] = first ? 0.0f : 1.0f + rng_sym(&rng);
-                        }
-                        for (int i = 0; i < nq * dv; i++) o[0][i] = o[1][i] = rng_sym(&rng);
+                        random_block_state(nq, dv, vi, &rng, m[0], m[1], l[0], l[1], o[0], o[1]);
                         const float scale = 1.0f / sqrtf((float)dk);
                         for (int b = 0; b < nb; b++) {
                             sk->att_stage(kh + b * 16 * dk, vh + b * 16 * dv, 16, dk, dv, PKV_TYPE_F16, PKV_TYPE_F16,
@@ -233,8 +240,7 @@ TEST(attn_block_f16_equals_staged) {
                             pkv_att_block_ref(nq, dk, dv, q, kt, vt, scale, m[0], l[0], o[0]);
                         }
                         k->att_block_f16(nq, dk, dv, q, kh, vh, nb, scale, m[1], l[1], o[1]);
-                        CHECK_MSG(same_floats(m[0], m[1], (size_t)nq) && same_floats(l[0], l[1], (size_t)nq) &&
-                                      same_floats(o[0], o[1], (size_t)nq * dv),
+                        CHECK_MSG(same_block_state(nq, dv, m[0], m[1], l[0], l[1], o[0], o[1]),
                                   "att_block_f16 %s differs from staging and the reference (dk %d dv %d nq %d, %d blocks)",
                                   pkv_simd_name(lv[li]), dk, dv, nq, nb);
                         checked++;
