@@ -196,9 +196,27 @@ static inline __attribute__((always_inline)) void x8_matvec_spans(const uint32_t
     }
 }
 
+/* x8_matvec_spans for na in 4..8; each exported kernel has its own copy out
+ * of line (X8_KERNELS), which keeps the exported function small enough for
+ * the compiler's debug information. */
+static inline __attribute__((always_inline)) void x8_spans_of(const uint32_t type, int na, int64_t nb,
+                                                              const uint8_t *w, int64_t n_groups,
+                                                              const block_q8_0 *const *x,
+                                                              const x8_act_prep *const *p, float *y, int64_t ldy) {
+    switch (na) {
+    case 4: x8_matvec_spans(type, 4, nb, w, n_groups, x, p, y, ldy); break;
+    case 5: x8_matvec_spans(type, 5, nb, w, n_groups, x, p, y, ldy); break;
+    case 6: x8_matvec_spans(type, 6, nb, w, n_groups, x, p, y, ldy); break;
+    case 7: x8_matvec_spans(type, 7, nb, w, n_groups, x, p, y, ldy); break;
+    default: x8_matvec_spans(type, 8, nb, w, n_groups, x, p, y, ldy); break;
+    }
+}
+typedef void (*x8_spans_fn)(int na, int64_t nb, const uint8_t *w, int64_t n_groups, const block_q8_0 *const *x,
+                            const x8_act_prep *const *p, float *y, int64_t ldy);
+
 static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int offset, int64_t k, const void *w,
                                                             int64_t n_rows, const void *act, uint64_t act_stride,
-                                                            int n_act, float *y, int64_t ldy) {
+                                                            int n_act, float *y, int64_t ldy, x8_spans_fn spans) {
     const int64_t nb = k / 32;
     if (nb > X8_MAX_NB) {
         pkv_matvec_x8_ref(type, k, w, n_rows, act, act_stride, n_act, y, ldy);
@@ -217,13 +235,7 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
         }
         float *ya = y + (int64_t)a0 * ldy;
         if (na >= X8_SPAN_MIN_ROWS && (uint64_t)na * nb * (sizeof(block_q8_0) + sizeof(x8_act_prep)) > X8_L1_ACT_BYTES) {
-            switch (na) {
-            case 4: x8_matvec_spans(type, 4, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
-            case 5: x8_matvec_spans(type, 5, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
-            case 6: x8_matvec_spans(type, 6, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
-            case 7: x8_matvec_spans(type, 7, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
-            default: x8_matvec_spans(type, 8, nb, w, n_rows / X8_ROWS, x, p, ya, ldy); break;
-            }
+            spans(na, nb, (const uint8_t *)w, n_rows / X8_ROWS, x, p, ya, ldy);
             continue;
         }
         for (int64_t g = 0; g < n_rows / X8_ROWS; g++) {
@@ -269,19 +281,29 @@ static inline void x8_stage(uint32_t type, const void *w, int64_t b0, int64_t nb
     }
 }
 
-/* The exported kernels of a level (levels.h). */
+/* The exported kernels of a level (levels.h), each with its spans out of line. */
+#define X8_SPANS(TYPE, NAME, LEVEL)                                                                                 \
+    static __attribute__((noinline)) void x8_spans_##NAME##_##LEVEL(int na, int64_t nb, const uint8_t *w,         \
+                                                                    int64_t n_groups, const block_q8_0 *const *x, \
+                                                                    const x8_act_prep *const *p, float *y,        \
+                                                                    int64_t ldy) {                                \
+        x8_spans_of(TYPE, na, nb, w, n_groups, x, p, y, ldy);                                                      \
+    }
 #define X8_KERNELS(LEVEL)                                                                                            \
+    X8_SPANS(PKV_TYPE_Q4_0, q4_0, LEVEL)                                                                             \
+    X8_SPANS(PKV_TYPE_Q5_0, q5_0, LEVEL)                                                                             \
+    X8_SPANS(PKV_TYPE_Q8_0, q8_0, LEVEL)                                                                             \
     void pkv_matvec_x8_q4_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q4_0, 8, k, w, n_rows, act, act_stride, n_act, y, ldy);                                  \
+        x8_matvec(PKV_TYPE_Q4_0, 8, k, w, n_rows, act, act_stride, n_act, y, ldy, x8_spans_q4_0_##LEVEL);           \
     }                                                                                                                \
     void pkv_matvec_x8_q5_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q5_0, 16, k, w, n_rows, act, act_stride, n_act, y, ldy);                                 \
+        x8_matvec(PKV_TYPE_Q5_0, 16, k, w, n_rows, act, act_stride, n_act, y, ldy, x8_spans_q5_0_##LEVEL);          \
     }                                                                                                                \
     void pkv_matvec_x8_q8_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy);                                \
+        x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy, x8_spans_q8_0_##LEVEL);         \
     }                                                                                                                \
     void pkv_x8_stage_##LEVEL(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,    \
                               float *dw, size_t dw_stride) {                                                         \
