@@ -252,20 +252,20 @@ static void tile_attend(const tile_job *j, const tile *tl, int r0, int r1, const
     }
     memset(o, 0, (size_t)nq * dv * sizeof(float));
     const float scale = j->p->scale, cap = j->p->softcap;
+    /* a decode tile's few query rows read whole f16 blocks where they lie
+     * (the same bits as staged) */
+    const bool f16_direct = k->att_block_f16 && c->kern_k == PKV_TYPE_F16 && c->kern_v == PKV_TYPE_F16 &&
+                            nq <= PKV_ATT_F16_MAX_Q && dk % 16 == 0 && dv % 16 == 0;
     /* the blocks [whole0, whole1) are seen whole by every query row of the
-     * tile: there the fused kernel takes the steps below in one pass */
+     * tile: there a fused kernel takes the steps below in one pass */
     int whole0 = r1, whole1 = r0;
-    if (k->att_block && cap == 0.0f) {
+    if ((k->att_block || f16_direct) && cap == 0.0f) {
         whole0 = r0, whole1 = r1;
         for (int t = 0; t < tl->nt; t++) {
             if (tl->lo[t] > whole0) whole0 = tl->lo[t];
             if (tl->hi[t] < whole1) whole1 = tl->hi[t];
         }
     }
-    /* a decode tile's few query rows read whole f16 blocks where they lie
-     * (the same bits as staged) */
-    const bool f16_direct = k->att_block_f16 && c->kern_k == PKV_TYPE_F16 && c->kern_v == PKV_TYPE_F16 &&
-                            nq <= PKV_ATT_F16_MAX_Q && dk % 16 == 0;
     int ja[TILE_Q], jb[TILE_Q];
     for (int kb = r0; kb < r1; kb += PKV_ATT_BK) {
         const int n = kh->n_rows - kb < PKV_ATT_BK ? kh->n_rows - kb : PKV_ATT_BK;

@@ -139,6 +139,7 @@ static const pkv_kernels avx2_kernels = {
     .att_stage = pkv_att_stage_avx2,
     .att_scores = pkv_att_scores_avx2,
     .att_accum = pkv_att_accum_avx2,
+    .att_block_f16 = pkv_att_block_f16_avx2,
     .gemm =
         {
             [PKV_TYPE_F32] = pkv_gemm_f32_avx2,

@@ -135,6 +135,8 @@ void pkv_att_scores_avx512(int nq, int dk, const float *q, const float *kt, floa
 void pkv_att_accum_avx512(int nq, int dv, const float *p, const float *alpha, const float *vt, float *o);
 void pkv_att_block_avx512(int nq, int dk, int dv, const float *q, const float *kt, const float *vt, float scale, float *m,
                           float *l, float *o);
+void pkv_att_block_f16_avx2(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
+                            int n_blocks, float scale, float *m, float *l, float *o);
 void pkv_att_block_f16_avx512(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
                               int n_blocks, float scale, float *m, float *l, float *o);
 

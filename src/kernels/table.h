@@ -275,7 +275,8 @@ typedef struct pkv_kernels {
     /* att_block_f16: att_stage then att_block, bit for bit, block after
      * block, on n_blocks whole blocks of PKV_ATT_BK f16 cache rows read where
      * they lie (keys kh[j * dk + d], values vh[j * dv + e], j over all the
-     * blocks' rows), for 1..PKV_ATT_F16_MAX_Q query rows and dk % 16 == 0: a
+     * blocks' rows), for 1..PKV_ATT_F16_MAX_Q query rows, dk % 16 == 0 and
+     * dv % 16 == 0: a
      * decode step's few query rows per KV head paid more for staging a block
      * than for attending to it (docs/performance.md, "Decode attention").
      * NULL: attention.c stages. */

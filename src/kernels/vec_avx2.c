@@ -266,3 +266,97 @@ void pkv_att_accum_avx2(int nq, int dv, const float *p, const float *alpha, cons
         att_accum_cols(i, i + 1, e32, dv, p, alpha, vt, o);
     }
 }
+
+/* table.h att_block_f16 at AVX2, for up to 4 query rows at a time (16 vector
+ * registers): per half of the block (8 keys), 8 dimensions of the 8 keys
+ * converted and transposed in registers, then the multiply-adds of
+ * att_scores in its order; the softmax step as pkv_att_block_ref takes it
+ * (exp8 is exp_f32's, block_sum's order); the values converted as they are
+ * loaded and accumulated in att_accum's order. Needs dk % 8 == 0 and
+ * dv % 16 == 0 (attention.c asks dk % 16 and dv % 16). */
+static inline __attribute__((always_inline)) void block_f16_rows(const int R, int dk, int dv, const float *q,
+                                                                 const uint16_t *kh, const uint16_t *vh, float scale,
+                                                                 float *m, float *l, float *o) {
+    float p[4 * PKV_ATT_BK], alpha[4];
+    for (int h = 0; h < 2; h++) {
+        __m256 s[4];
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++) s[a] = _mm256_setzero_ps();
+        for (int d0 = 0; d0 < dk; d0 += 8) {
+            __m256 t[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) t[j] = load_f16x8(kh + (size_t)(8 * h + j) * dk + d0);
+            transpose8x8_ps(t);
+#pragma GCC unroll 8
+            for (int dd = 0; dd < 8; dd++)
+#pragma GCC unroll 4
+                for (int a = 0; a < R; a++)
+                    s[a] = _mm256_fmadd_ps(_mm256_set1_ps(q[(size_t)a * dk + d0 + dd]), t[dd], s[a]);
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++) _mm256_storeu_ps(p + a * PKV_ATT_BK + 8 * h, s[a]);
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < R; a++) {
+        const __m256 vs = _mm256_set1_ps(scale);
+        const __m256 v0 = _mm256_mul_ps(_mm256_loadu_ps(p + a * PKV_ATT_BK), vs),
+                     v1 = _mm256_mul_ps(_mm256_loadu_ps(p + a * PKV_ATT_BK + 8), vs);
+        __m256 mx = _mm256_max_ps(v0, v1);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_shuffle_ps(m4, m4, 0x4E));
+        m4 = _mm_max_ps(m4, _mm_shuffle_ps(m4, m4, 0xB1));
+        const float b = _mm_cvtss_f32(m4), bm = b > m[a] ? b : m[a];
+        const __m256 p0 = exp8(_mm256_sub_ps(v0, _mm256_set1_ps(bm))), p1 = exp8(_mm256_sub_ps(v1, _mm256_set1_ps(bm)));
+        alpha[a] = _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(m[a] - bm))));
+        m[a] = bm;
+        /* block_sum: lanes e of the four quarters in key order, then (a0 + a1) + (a2 + a3) */
+        __m128 acc = _mm_add_ps(_mm_setzero_ps(), _mm256_castps256_ps128(p0));
+        acc = _mm_add_ps(acc, _mm256_extractf128_ps(p0, 1));
+        acc = _mm_add_ps(acc, _mm256_castps256_ps128(p1));
+        acc = _mm_add_ps(acc, _mm256_extractf128_ps(p1, 1));
+        float q4[4];
+        _mm_storeu_ps(q4, acc);
+        l[a] = l[a] * alpha[a] + ((q4[0] + q4[1]) + (q4[2] + q4[3]));
+        _mm256_storeu_ps(p + a * PKV_ATT_BK, p0);
+        _mm256_storeu_ps(p + a * PKV_ATT_BK + 8, p1);
+    }
+    for (int e = 0; e < dv; e += 16) {
+        __m256 x[4][2];
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++) {
+            const __m256 al = _mm256_set1_ps(alpha[a]);
+            x[a][0] = _mm256_mul_ps(_mm256_loadu_ps(o + (size_t)a * dv + e), al);
+            x[a][1] = _mm256_mul_ps(_mm256_loadu_ps(o + (size_t)a * dv + e + 8), al);
+        }
+        for (int j = 0; j < PKV_ATT_BK; j++) {
+            const __m256 w0 = load_f16x8(vh + (size_t)j * dv + e), w1 = load_f16x8(vh + (size_t)j * dv + e + 8);
+#pragma GCC unroll 4
+            for (int a = 0; a < R; a++) {
+                const __m256 pa = _mm256_broadcast_ss(p + a * PKV_ATT_BK + j);
+                x[a][0] = _mm256_fmadd_ps(pa, w0, x[a][0]);
+                x[a][1] = _mm256_fmadd_ps(pa, w1, x[a][1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < R; a++) {
+            _mm256_storeu_ps(o + (size_t)a * dv + e, x[a][0]);
+            _mm256_storeu_ps(o + (size_t)a * dv + e + 8, x[a][1]);
+        }
+    }
+}
+
+void pkv_att_block_f16_avx2(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
+                            int n_blocks, float scale, float *m, float *l, float *o) {
+    for (int b = 0; b < n_blocks; b++) {
+        const uint16_t *kb = kh + (size_t)b * PKV_ATT_BK * dk, *vb = vh + (size_t)b * PKV_ATT_BK * dv;
+        int i = 0;
+        for (; i + 4 <= nq; i += 4)
+            block_f16_rows(4, dk, dv, q + (size_t)i * dk, kb, vb, scale, m + i, l + i, o + (size_t)i * dv);
+        switch (nq - i) {
+        case 3: block_f16_rows(3, dk, dv, q + (size_t)i * dk, kb, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
+        case 2: block_f16_rows(2, dk, dv, q + (size_t)i * dk, kb, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
+        case 1: block_f16_rows(1, dk, dv, q + (size_t)i * dk, kb, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
+        default: break;
+        }
+    }
+}
