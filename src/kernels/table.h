@@ -276,10 +276,9 @@ typedef struct pkv_kernels {
      * block, on n_blocks whole blocks of PKV_ATT_BK f16 cache rows read where
      * they lie (keys kh[j * dk + d], values vh[j * dv + e], j over all the
      * blocks' rows), for 1..PKV_ATT_F16_MAX_Q query rows, dk % 16 == 0 and
-     * dv % 16 == 0: a
-     * decode step's few query rows per KV head paid more for staging a block
-     * than for attending to it (docs/performance.md, "Decode attention").
-     * NULL: attention.c stages. */
+     * dv % 16 == 0: a decode step's few query rows per KV head paid more for
+     * staging a block than for attending to it (docs/performance.md, "Decode
+     * attention"). NULL: attention.c stages. */
     void (*att_block_f16)(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
                           int n_blocks, float scale, float *m, float *l, float *o);
 
