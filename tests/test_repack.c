@@ -30,24 +30,34 @@ static void random_rows(uint32_t type, int64_t k, int64_t m, uint8_t *w, uint64_
 
 static bool same_bits(float a, float b) { return pkv_f32_to_bits(a) == pkv_f32_to_bits(b); }
 
-/* Row by row, the interleaved layout dequantises to exactly the GGUF row. */
+/* Row by row, the interleaved layout dequantises to exactly the GGUF row,
+ * over a whole run and a run of one group, spans of 24, 24 and 2 blocks; and
+ * the blocks lie where repack.h says, by hand: in the first run (8 groups),
+ * row 8's (group 1's) block 24 is the second span's second piece, after the
+ * first span's 8 x 24 blocks and group 0's 24 of the second span; in the
+ * second run (group 8 alone), row 64's block 49 follows the first run's
+ * 8 x 50 blocks and its own 49. */
 TEST(repack_rows_dequantise_as_the_file) {
     const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
     uint64_t rng = 11;
     for (int ti = 0; ti < 3; ti++) {
         const uint32_t type = x8_types[ti];
-        const int64_t K = 96, M = 24;
-        const uint64_t rb = pkv_row_bytes(type, K);
+        const int64_t K = 1600, M = 72;
+        const uint64_t rb = pkv_row_bytes(type, K), bb = pkv_x8_block_bytes(type);
+        const pkv_type_info *info = pkv_type_get(type);
         uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M);
-        float want[96], got[96];
+        float want[1600], got[1600];
         random_rows(type, K, M, w, &rng, 0.5f, 0);
         CHECK(pkv_x8_supported(type, K, M));
         CHECK(!pkv_x8_supported(type, K, M - 4));
         pkv_x8_repack(type, w, rb, K, M, w8);
         CHECK_MSG(memcmp(w, w8, rb * M) != 0, "%s: the layout did not change", pkv_type_get(type)->name);
+        /* an interleaved block starts with its 8 rows' fp16 scales */
+        CHECK(memcmp(w8 + (8 * 24 + 24) * bb, w + 8 * rb + 24 * info->block_bytes, 2) == 0);
+        CHECK(memcmp(w8 + (8 * 50 + 49) * bb, w + 64 * rb + 49 * info->block_bytes, 2) == 0);
         for (int64_t m = 0; m < M; m++) {
             sk->dequant[type](w + m * rb, want, K);
-            pkv_x8_dequant_row(type, w8 + m / 8 * 8 * rb, (int)(m % 8), K, got);
+            pkv_x8_dequant_row(type, &(pkv_x8_group){w8, K / 32, M / 8, m / 8}, (int)(m % 8), got);
             for (int e = 0; e < K; e++)
                 CHECK_MSG(same_bits(want[e], got[e]), "%s row %lld element %d: %g vs %g", pkv_type_get(type)->name,
                           (long long)m, e, got[e], want[e]);
@@ -60,9 +70,9 @@ TEST(repack_rows_dequantise_as_the_file) {
 /* The vector kernel against its scalar reference, bit for bit, for 1..9
  * activation rows at once (every row's result as when it is alone), block
  * counts odd and even, random and extreme quants, rows short enough for one
- * pass of 8 activation rows and long enough (2048 and up) to be taken a span
- * of blocks at a time, over more groups than a span's batch (19 groups, an
- * odd last span at K = 2080); and the reference against the GGUF rows'
+ * span of 24 blocks and rows of several spans (an odd last span at K = 2080),
+ * over one run and a part (9 groups) or two and a part (19 groups); and the
+ * reference against the GGUF rows'
  * vec_dot within float rounding. */
 TEST(repack_matvec_equals_reference) {
     const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
@@ -78,11 +88,12 @@ TEST(repack_matvec_equals_reference) {
                   pkv_simd_name(level));
         if (!k->matvec_x8[type]) continue;
         for (int li = 0; li < (int)(sizeof lengths / sizeof lengths[0]); li++) {
-            const int64_t K = lengths[li], M = K >= 2048 ? 152 : 16;
+            const int64_t K = lengths[li], M = K >= 2048 ? 152 : 72;
             const uint64_t rb = pkv_row_bytes(type, K), ab = pkv_row_bytes(PKV_TYPE_Q8_0, K);
             uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M), *act = malloc(ab * MAX_ACT);
             float *x = malloc(sizeof(float) * K);
-            float *got = malloc(sizeof(float) * MAX_ACT * M), *ref = malloc(sizeof(float) * MAX_ACT * M), one[8];
+            float *got = malloc(sizeof(float) * MAX_ACT * M), *ref = malloc(sizeof(float) * MAX_ACT * M);
+            float *one = malloc(sizeof(float) * M);
             for (int rep = 0; rep < 3; rep++) {
                 random_rows(type, K, M, w, &rng, 0.1f, rep);
                 for (int a = 0; a < MAX_ACT; a++) {
@@ -108,11 +119,11 @@ TEST(repack_matvec_equals_reference) {
                                   pkv_type_get(type)->name, (long long)K, rep, ref[a * M + m], want);
                     }
                 }
-                /* a row range starting at a later group reads that group */
-                k->matvec_x8[type](K, w8 + 8 * rb, 8, act, ab, 1, one, M);
-                for (int m = 0; m < 8; m++) CHECK(same_bits(one[m], ref[8 + m]));
+                /* a range of rows from the second run to the end is a matrix of its own */
+                k->matvec_x8[type](K, w8 + PKV_X8_RUN_ROWS * rb, M - PKV_X8_RUN_ROWS, act, ab, 1, one, M);
+                for (int m = 0; m < M - PKV_X8_RUN_ROWS; m++) CHECK(same_bits(one[m], ref[PKV_X8_RUN_ROWS + m]));
             }
-            free(w), free(w8), free(act), free(x), free(got), free(ref);
+            free(w), free(w8), free(act), free(x), free(got), free(ref), free(one);
         }
     }
     /* where the CPU has AVX2, the kernels were there to check */

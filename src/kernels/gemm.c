@@ -174,7 +174,7 @@ static void gemm_legacy(const pkv_gemm_args *a, uint32_t type, int offset) {
     for (int r = 0; r < a->n_rows; r++) {
         const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
         for (int64_t b = 0; b < nb; b++)
-            dw[b] = a->x8 ? pkv_x8_unpack_block(type, a->w, r, b0 + b, u + 32 * b, NULL)
+            dw[b] = a->x8.data ? pkv_x8_unpack_block(type, &a->x8, r, b0 + b, u + 32 * b, NULL)
                           : unpack_legacy(type, row, b0 + b, u + 32 * b);
         for (int g = 0; g < a->n_groups; g++) {
             float *acc = acc_of(a, g, r);

@@ -88,8 +88,8 @@ static inline __m256i dot32_q8(const uint8_t *u, const int8_t *w, const uint8_t 
 static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_args *a, uint32_t type, int shift) {
     legacy_stage st;
     const int64_t b0 = a->k0 / 32, nb = (a->k1 - a->k0) / 32;
-    if (a->x8) { /* interleaved weights: all 8 rows from one group (repack_x86.h) */
-        pkv_x8_stage_avx2(type, a->w, b0, nb, st.u[0], sizeof st.u[0], st.dw[0], NB32);
+    if (a->x8.data) { /* interleaved weights: all 8 rows from one group (repack_x86.h) */
+        pkv_x8_stage_avx2(type, &a->x8, b0, nb, st.u[0], sizeof st.u[0], st.dw[0], NB32);
         for (int r = 0; r < ROWS && type == PKV_TYPE_Q8_0; r++)
             for (int64_t i = 0; i < nb * 32; i += 32) { /* w = u - 128: its sign and |w|, as stage_block gives */
                 const __m256i w = _mm256_xor_si256(load256(st.u[r] + i), _mm256_set1_epi8((char)0x80));
@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_arg
                 _mm256_storeu_si256((__m256i *)(st.u[r] + i), _mm256_abs_epi8(w));
             }
     }
-    for (int r = 0; r < ROWS && !a->x8; r++) {
+    for (int r = 0; r < ROWS && !a->x8.data; r++) {
         if (r < a->n_rows) {
             const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
             for (int64_t b = 0; b < nb; b++)

@@ -101,9 +101,9 @@ static inline float stage_block(uint32_t type, const void *row, int64_t b, uint8
 static inline __attribute__((always_inline)) void gemm_legacy(const pkv_gemm_args *a, uint32_t type, int shift) {
     legacy_stage st;
     const int64_t b0 = a->k0 / 32, nb = (a->k1 - a->k0) / 32;
-    if (a->x8) /* interleaved weights: all 8 rows from one group (repack_avx512.c) */
-        pkv_x8_stage_avx512(type, a->w, b0, nb, st.u[0], sizeof st.u[0], st.dw[0], NB32);
-    for (int r = 0; r < ROWS && !a->x8; r++) {
+    if (a->x8.data) /* interleaved weights: all 8 rows from one group (repack_avx512.c) */
+        pkv_x8_stage_avx512(type, &a->x8, b0, nb, st.u[0], sizeof st.u[0], st.dw[0], NB32);
+    for (int r = 0; r < ROWS && !a->x8.data; r++) {
         if (r < a->n_rows) {
             const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
             for (int64_t b = 0; b < nb; b++) st.dw[r][b] = stage_block(type, row, b0 + b, st.u[r] + 32 * b);

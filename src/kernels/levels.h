@@ -50,10 +50,10 @@ PKV_VEC_DOT_ROWS_TYPES(X)
 #define X(T) PKV_DECLARE_MATVEC_X8(avx2, T) PKV_DECLARE_MATVEC_X8(avx512, T)
 PKV_VEC_DOT_ROWS_TYPES(X)
 #undef X
-void pkv_x8_stage_avx2(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride, float *dw,
-                       size_t dw_stride);
-void pkv_x8_stage_avx512(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
-                         float *dw, size_t dw_stride);
+void pkv_x8_stage_avx2(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
+                       float *dw, size_t dw_stride);
+void pkv_x8_stage_avx512(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,
+                         size_t u_stride, float *dw, size_t dw_stride);
 
 #define PKV_DECLARE_FLOAT_HELPERS(LEVEL)                                                        \
     float pkv_dot_f32_##LEVEL(int64_t n, const float *a, const float *b);                      \

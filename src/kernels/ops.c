@@ -21,7 +21,7 @@
  */
 
 enum {
-    ROW_CHUNK_MIN = 64,        /* rows per work item on the vec_dot path, at least */
+    ROW_CHUNK_MIN = PKV_X8_RUN_ROWS, /* rows per work item on the vec_dot path, at least (whole runs) */
     ITEMS_PER_THREAD = 8,      /* ... and about this many items per thread */
     GEMM_MIN_TOK = 4,          /* the batched path from this many tokens on */
     PANEL_BYTES = 768 << 10,   /* packed activations one tile reads (kept in L2) */
@@ -109,7 +109,7 @@ static void quantize_item(void *arg, int64_t t, int ith) {
 /* Row m of a weight as floats, in the file's layout or interleaved by 8. */
 static void weight_row_f32(const pkv_kernels *k, const pkv_tensor *w, int64_t m, float *out) {
     const char *data = w->data;
-    if (w->x8) pkv_x8_dequant_row(w->type, data + m / 8 * 8 * w->row_bytes, (int)(m % 8), w->ne[0], out);
+    if (w->x8) pkv_x8_dequant_row(w->type, &(pkv_x8_group){data, w->ne[0] / 32, w->ne[1] / 8, m / 8}, (int)(m % 8), out);
     else k->dequant[w->type](data + m * w->row_bytes, out, w->ne[0]);
 }
 
@@ -128,7 +128,8 @@ static void dot_item(void *arg, int64_t item, int ith) {
     pkv_vec_dot_rows_fn dot_rows = j->kern->vec_dot_rows[w->type];
     pkv_matvec_x8_fn matvec_x8 = j->kern->matvec_x8[w->type];
     if (w->x8 && dot && matvec_x8) {
-        /* interleaved rows: m0 and m1 are multiples of 8 (row chunks of 16, M of 8) */
+        /* interleaved rows: m0 starts a run, and m1 ends one or the matrix
+         * (row chunks are whole runs, kernels/repack.h) */
         matvec_x8(K, wdata + m0 * w->row_bytes, m1 - m0, j->act, j->act_row_bytes, j->n_tok, y + m0, M);
         return;
     }
@@ -174,7 +175,7 @@ static void run_dot_path(const pkv_compute *c, matmul_job *j) {
     for (int i = 0; i < j->n_w; i++) {
         const int64_t M = j->w[i]->ne[1];
         int64_t rc = (M + nth * ITEMS_PER_THREAD - 1) / (nth * ITEMS_PER_THREAD);
-        rc = rc < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : (rc + 15) / 16 * 16;
+        rc = rc < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : (rc + PKV_X8_RUN_ROWS - 1) / PKV_X8_RUN_ROWS * PKV_X8_RUN_ROWS;
         j->row_chunk[i] = rc;
         j->item0[i + 1] = j->item0[i] + (M + rc - 1) / rc;
     }
@@ -211,7 +212,7 @@ static void gemm_item(void *arg, int64_t item, int ith) {
         pkv_gemm_args a = {
             .w = (const char *)w->data + m0 * w->row_bytes,
             .row_bytes = w->row_bytes,
-            .x8 = w->x8,
+            .x8 = {w->x8 ? w->data : NULL, j->K / 32, M / PKV_X8_ROWS, m0 / PKV_X8_ROWS},
             .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
             .act = (const char *)j->packed + (size_t)g0 * j->group_bytes,
             .group_bytes = j->group_bytes,

@@ -104,21 +104,32 @@ static void repack_q8_0_block(const uint8_t *rows, uint64_t row_bytes, int64_t b
 void pkv_x8_repack(uint32_t type, const void *src, uint64_t row_bytes, int64_t k, int64_t n_rows, void *dst) {
     const uint64_t bb = pkv_x8_block_bytes(type), gb = bb / ROWS;
     const int64_t nb = k / QK;
+    const int64_t n_groups = n_rows / ROWS;
     uint8_t u[ROWS][QK];
     uint16_t d[ROWS];
-    for (int64_t g = 0; g < n_rows / ROWS; g++) {
+    for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *rows = (const uint8_t *)src + (uint64_t)g * ROWS * row_bytes;
-        uint8_t *out = (uint8_t *)dst + (uint64_t)g * ROWS * row_bytes;
-        for (int64_t b = 0; b < nb && type == PKV_TYPE_Q8_0; b++) repack_q8_0_block(rows, row_bytes, b, out + b * bb);
-        for (int64_t b = 0; b < nb && type != PKV_TYPE_Q8_0; b++) {
+        uint8_t *out = dst;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = out + pkv_x8_block_offset(bb, nb, n_groups, g, b);
+            if (type == PKV_TYPE_Q8_0) {
+                repack_q8_0_block(rows, row_bytes, b, blk);
+                continue;
+            }
             for (int r = 0; r < ROWS; r++) d[r] = gguf_block_unsigned(type, rows + r * row_bytes + b * gb, u[r]);
-            put_x8_block(type, (const uint8_t(*)[QK])u, d, out + b * bb);
+            put_x8_block(type, (const uint8_t(*)[QK])u, d, blk);
         }
     }
 }
 
-float pkv_x8_unpack_block(uint32_t type, const void *group, int lane, int64_t b, uint8_t u[QK], int *offset) {
-    const uint8_t *blk = (const uint8_t *)group + (uint64_t)b * pkv_x8_block_bytes(type);
+/* Block b of group grp. */
+static const uint8_t *x8_block(uint32_t type, const pkv_x8_group *grp, int64_t b) {
+    return (const uint8_t *)grp->data +
+           pkv_x8_block_offset(pkv_x8_block_bytes(type), grp->nb, grp->n_groups, grp->g, b);
+}
+
+float pkv_x8_unpack_block(uint32_t type, const pkv_x8_group *grp, int lane, int64_t b, uint8_t u[QK], int *offset) {
+    const uint8_t *blk = x8_block(type, grp, b);
     uint16_t d;
     memcpy(&d, blk + X8_D + 2 * lane, 2);
     if (offset) *offset = x8_offset(type);
@@ -142,11 +153,11 @@ float pkv_x8_unpack_block(uint32_t type, const void *group, int lane, int64_t b,
     return pkv_f16_to_f32(d);
 }
 
-void pkv_x8_dequant_row(uint32_t type, const void *group, int lane, int64_t k, float *out) {
+void pkv_x8_dequant_row(uint32_t type, const pkv_x8_group *grp, int lane, float *out) {
     uint8_t u[QK];
     int offset;
-    for (int64_t b = 0; b < k / QK; b++) {
-        const float d = pkv_x8_unpack_block(type, group, lane, b, u, &offset);
+    for (int64_t b = 0; b < grp->nb; b++) {
+        const float d = pkv_x8_unpack_block(type, grp, lane, b, u, &offset);
         for (int e = 0; e < QK; e++) out[b * QK + e] = (float)(u[e] - offset) * d;
     }
 }
@@ -161,12 +172,12 @@ void pkv_matvec_x8_ref(uint32_t type, int64_t k, const void *w, int64_t n_rows, 
     uint8_t u[QK];
     int offset;
     for (int64_t m = 0; m < n_rows; m++) {
-        const void *group = (const uint8_t *)w + (uint64_t)(m / ROWS) * nb * pkv_x8_block_bytes(type);
+        const pkv_x8_group group = {w, nb, n_rows / ROWS, m / ROWS};
         for (int a = 0; a < n_act; a++) {
             const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)a * act_stride);
             float acc[2] = {0.0f, 0.0f};
             for (int64_t b = 0; b < nb; b++) {
-                const float dw = pkv_x8_unpack_block(type, group, (int)(m % ROWS), b, u, &offset);
+                const float dw = pkv_x8_unpack_block(type, &group, (int)(m % ROWS), b, u, &offset);
                 int32_t s = 0, sum_x = 0;
                 for (int e = 0; e < QK; e++) s += u[e] * x[b].qs[e], sum_x += x[b].qs[e];
                 s -= offset * sum_x;

@@ -22,6 +22,17 @@
  *   Q8_0: uint8 qs[8][32]   byte 4r+e of qs[q]: row r's element 4q+e + 128
  * Every quant is stored unsigned (value = u - offset, offset 8, 16 or 128),
  * the form vpdpbusd multiplies and the batched matmul stages (gemm.c).
+ *
+ * Where the blocks lie: the groups are taken in runs of PKV_X8_RUN_GROUPS
+ * (64 rows; the matrix's last run may hold fewer groups), and a run's blocks
+ * a span at a time: span after span, each span holding the run's groups'
+ * blocks of those columns, group after group. Rows of up to
+ * PKV_X8_WHOLE_BLOCKS blocks are one span (each group's blocks together);
+ * longer rows are cut into spans of PKV_X8_SPAN_BLOCKS (the last may be
+ * shorter). The decode kernel takes a span across a run's groups while the
+ * activation rows' blocks of that span stay in L1, so it reads the weights
+ * in the order they lie, one sequential stream (docs/engine.md §2.5). A range of rows that starts at a run and is a whole
+ * number of runs, or reaches the matrix's end, is itself such a matrix.
  */
 #ifndef PKV_KERNEL_REPACK_H
 #define PKV_KERNEL_REPACK_H
@@ -29,7 +40,27 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum { PKV_X8_ROWS = 8 };
+#include "kernels/table.h"
+
+enum {
+    PKV_X8_ROWS = 8,
+    PKV_X8_RUN_GROUPS = 8,
+    PKV_X8_RUN_ROWS = PKV_X8_RUN_GROUPS * PKV_X8_ROWS,
+    PKV_X8_WHOLE_BLOCKS = 32,
+    PKV_X8_SPAN_BLOCKS = 24,
+};
+
+/* Blocks per span for rows of nb blocks. */
+static inline int64_t pkv_x8_span_blocks(int64_t nb) { return nb <= PKV_X8_WHOLE_BLOCKS ? nb : PKV_X8_SPAN_BLOCKS; }
+
+/* Block b of group g, in blocks of block_bytes from a matrix of n_groups
+ * groups of nb blocks (the layout above). */
+static inline uint64_t pkv_x8_block_offset(uint64_t block_bytes, int64_t nb, int64_t n_groups, int64_t g, int64_t b) {
+    const int64_t span = pkv_x8_span_blocks(nb), g0 = g - g % PKV_X8_RUN_GROUPS, c0 = b - b % span;
+    const int64_t gn = n_groups - g0 < PKV_X8_RUN_GROUPS ? n_groups - g0 : PKV_X8_RUN_GROUPS;
+    const int64_t cn = nb - c0 < span ? nb - c0 : span;
+    return block_bytes * (uint64_t)(g0 * nb + c0 * gn + (g - g0) * cn + (b - c0));
+}
 
 /* Whether a weight of this type and shape can be interleaved. */
 bool pkv_x8_supported(uint32_t type, int64_t k, int64_t n_rows);
@@ -38,16 +69,17 @@ bool pkv_x8_supported(uint32_t type, int64_t k, int64_t n_rows);
 uint64_t pkv_x8_block_bytes(uint32_t type);
 
 /* Interleaves n_rows (a multiple of 8) GGUF rows of k elements, row_bytes
- * apart, into dst (the same number of bytes). */
+ * apart, into dst (the same number of bytes). A matrix may be interleaved a
+ * slice at a time where every slice but the last is a whole number of runs. */
 void pkv_x8_repack(uint32_t type, const void *src, uint64_t row_bytes, int64_t k, int64_t n_rows, void *dst);
 
-/* Row `lane` (0..7) of the group at `group`: block b's unsigned quants (in
- * element order, value = u - offset) and its scale; the offset is returned
- * through *offset unless offset is NULL. */
-float pkv_x8_unpack_block(uint32_t type, const void *group, int lane, int64_t b, uint8_t u[32], int *offset);
+/* Row `lane` (0..7) of group grp: block b's unsigned quants (in element
+ * order, value = u - offset) and its scale; the offset is returned through
+ * *offset unless offset is NULL. */
+float pkv_x8_unpack_block(uint32_t type, const pkv_x8_group *grp, int lane, int64_t b, uint8_t u[32], int *offset);
 
-/* Row `lane` of the group at `group` dequantised into out[k]. */
-void pkv_x8_dequant_row(uint32_t type, const void *group, int lane, int64_t k, float *out);
+/* Row `lane` of group grp dequantised into out[32 nb]. */
+void pkv_x8_dequant_row(uint32_t type, const pkv_x8_group *grp, int lane, float *out);
 
 /* The scalar reference of the decode kernel (table.h matvec_x8), whose bits
  * the vector kernels reproduce. */

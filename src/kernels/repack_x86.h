@@ -31,25 +31,19 @@
 enum {
     X8_ROWS = PKV_X8_ROWS,
     X8_MAX_NB = 1024, /* K up to 32768 here; longer rows take the scalar reference (same bits) */
-    /* activation rows advanced together over one group's blocks: up to 8,
-     * so that a batch's group is read and unpacked once per step (two tiles
-     * of 4 read it twice, and the second pass waited on memory). A tile's
-     * activation blocks and prepared scales stay in L1 while they fit
-     * X8_L1_ACT_BYTES, half of a 32 KiB L1 with the weights streaming past;
-     * longer rows are taken a span of blocks at a time (below) */
+    /* activation rows advanced together over a span of a group's blocks: up
+     * to 8, so that a batch's weights are read and unpacked once per step.
+     * A span of 8 rows' blocks and prepared scales (8 x 24 x 42 bytes, 8 KiB)
+     * stays in L1 while the run's groups' pieces of that span stream past. */
     X8_ACT_TILE = 8,
-    X8_L1_ACT_BYTES = 16 << 10,
-    /* Longer rows run 4 to 8 activation rows as one tile a span of blocks
-     * at a time (x8_matvec_spans): a span of 8 rows' blocks and scales (8 x
-     * 24 x 42 bytes, 8 KiB) stays in L1 while it meets the same span of
-     * X8_SPAN_GROUPS groups in turn, each group's accumulators kept between
-     * spans (X8_SPAN_GROUPS x 512 bytes). */
-    X8_SPAN_BLOCKS = 24,
-    X8_SPAN_GROUPS = 16,
-    /* fewer rows keep the whole row in one pass: at K = 8192, 2 rows in
-     * spans streamed 40% slower, 4 rows 10% faster, 8 rows 10% faster
-     * (build/bench-dot q8_0 8192 32768 --x8 --rows R, alternating) */
-    X8_SPAN_MIN_ROWS = 4,
+    /* Over rows cut into spans, with 4 or more activation rows, the weights
+     * are prefetched 4 KiB ahead (they lie in the order they are read):
+     * streaming with 8 rows at K = 2048, 0.39 -> 0.34 ns per block and row;
+     * with 1 or 2 rows, and over whole-row spans, the hardware's prefetch
+     * alone was faster (build/bench-dot q8_0 K M --x8 --rows R, medians of 5
+     * alternating runs) */
+    X8_PREFETCH_MIN_ROWS = 4,
+    X8_PREFETCH_BYTES = 4096,
 };
 
 /* The 8 vectors of one interleaved block: vector q holds elements 4q..4q+3
@@ -102,18 +96,19 @@ static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t
 }
 
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
- * copy) activation rows over nb blocks; results to y[a * ldy + 0..7]. With
- * `next`, the blocks read after these are prefetched along the way. A span
- * of a longer row (x8_matvec_spans) starts from the accumulators in
- * carry_in and, unless it is the row's last, leaves them in carry_out
+ * copy) activation rows over a span of nb blocks; results to y[a * ldy +
+ * 0..7]. A span starts from the accumulators in carry_in (none for the
+ * row's first) and, unless it is the row's last, leaves them in carry_out
  * instead of y: spans start at even blocks, so every block meets the
- * accumulator it meets in one pass, and the bits are the same. */
+ * accumulator it meets in one pass over the row, and the bits are the
+ * reference's. */
 static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
-                                                                const uint8_t *group, const uint8_t *next,
-                                                                const block_q8_0 *const *x,
+                                                                const uint8_t *group, const block_q8_0 *const *x,
                                                                 const x8_act_prep *const *p, float *y, int64_t ldy,
                                                                 const float *carry_in, float *carry_out) {
     const uint64_t bb = pkv_x8_block_bytes(type);
+    /* a span of a row cut into spans (it carries accumulators in or out) */
+    const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
     __m256 acc[X8_ACT_TILE][2];
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++)
@@ -124,8 +119,9 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const uint8_t *blk = group + (uint64_t)(b + h) * bb;
-            if (next)
-                for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)next + (uint64_t)(b + h) * bb + o, _MM_HINT_T0);
+            if (prefetch)
+                for (uint64_t o = 0; o < bb; o += 64)
+                    _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
             __m256i q[8];
             x8_quants(type, blk, q);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
@@ -152,78 +148,38 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
     }
 }
 
-/* The piece used after group g's span at c0 in x8_matvec_spans' order: the
- * next group's, or the batch's first group's next span, or the next batch's
- * first group's first span; NULL after the last. (Prefetching two or three
- * pieces ahead measured the same.) */
-static inline const uint8_t *x8_next_piece(const uint8_t *w, uint64_t group_bytes, uint64_t bb, int64_t nb,
-                                           int64_t n_groups, int64_t g0, int64_t c0, int64_t g) {
-    const int64_t gn = n_groups - g0 < X8_SPAN_GROUPS ? n_groups - g0 : X8_SPAN_GROUPS;
-    if (g + 1 < g0 + gn) return w + (uint64_t)(g + 1) * group_bytes + (uint64_t)c0 * bb;
-    if (c0 + X8_SPAN_BLOCKS < nb) return w + (uint64_t)g0 * group_bytes + (uint64_t)(c0 + X8_SPAN_BLOCKS) * bb;
-    return g0 + gn < n_groups ? w + (uint64_t)(g0 + gn) * group_bytes : NULL;
-}
-
-/* na (4..8) activation rows as one tile over rows too long for all their
- * blocks to stay in L1 (X8_SPAN_BLOCKS): X8_SPAN_GROUPS groups at a time, a
- * span of blocks at a time across those groups, so the span's activation
- * blocks are read from L1 by every group and each group is read once. The
- * weights arrive in pieces of a span (6.5 KiB of Q8_0), the next piece
- * prefetched while one is used. */
-static inline __attribute__((always_inline)) void x8_matvec_spans(const uint32_t type, const int na, int64_t nb,
-                                                                  const uint8_t *w, int64_t n_groups,
-                                                                  const block_q8_0 *const *x,
-                                                                  const x8_act_prep *const *p, float *y,
-                                                                  int64_t ldy) {
-    const uint64_t bb = pkv_x8_block_bytes(type), group_bytes = (uint64_t)nb * bb;
-    float carry[X8_SPAN_GROUPS][2 * X8_ACT_TILE * X8_ROWS];
-    for (int64_t g0 = 0; g0 < n_groups; g0 += X8_SPAN_GROUPS) {
-        const int64_t gn = n_groups - g0 < X8_SPAN_GROUPS ? n_groups - g0 : X8_SPAN_GROUPS;
-        for (int64_t c0 = 0; c0 < nb; c0 += X8_SPAN_BLOCKS) {
-            const int64_t cn = nb - c0 < X8_SPAN_BLOCKS ? nb - c0 : X8_SPAN_BLOCKS;
-            const bool first = c0 == 0, last = c0 + cn == nb;
-            const block_q8_0 *xs[X8_ACT_TILE];
-            const x8_act_prep *ps[X8_ACT_TILE];
-            for (int a = 0; a < na; a++) xs[a] = x[a] + c0, ps[a] = p[a] + c0;
-            for (int64_t g = g0; g < g0 + gn; g++) {
-                const uint8_t *piece = w + (uint64_t)g * group_bytes + (uint64_t)c0 * bb;
-                const uint8_t *next = x8_next_piece(w, group_bytes, bb, nb, n_groups, g0, c0, g);
-                float *carry_g = carry[g - g0];
-                x8_group_tile(type, na, cn, piece, next, xs, ps, y + g * X8_ROWS, ldy, first ? NULL : carry_g,
-                              last ? NULL : carry_g);
-            }
-        }
-    }
-}
-
-/* x8_matvec_spans for na in 4..8; each exported kernel has its own copy out
- * of line (X8_KERNELS), which keeps the exported function small enough for
- * the compiler's debug information. */
-static inline __attribute__((always_inline)) void x8_spans_of(const uint32_t type, int na, int64_t nb,
-                                                              const uint8_t *w, int64_t n_groups,
-                                                              const block_q8_0 *const *x,
-                                                              const x8_act_prep *const *p, float *y, int64_t ldy) {
+/* x8_group_tile for na (1..8) activation rows, each an inlined copy. */
+static inline __attribute__((always_inline)) void x8_tile_of(const uint32_t type, int na, int64_t nb,
+                                                             const uint8_t *piece, const block_q8_0 *const *x,
+                                                             const x8_act_prep *const *p, float *y, int64_t ldy,
+                                                             const float *carry_in, float *carry_out) {
     switch (na) {
-    case 4: x8_matvec_spans(type, 4, nb, w, n_groups, x, p, y, ldy); break;
-    case 5: x8_matvec_spans(type, 5, nb, w, n_groups, x, p, y, ldy); break;
-    case 6: x8_matvec_spans(type, 6, nb, w, n_groups, x, p, y, ldy); break;
-    case 7: x8_matvec_spans(type, 7, nb, w, n_groups, x, p, y, ldy); break;
-    default: x8_matvec_spans(type, 8, nb, w, n_groups, x, p, y, ldy); break;
+    case 1: x8_group_tile(type, 1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    case 2: x8_group_tile(type, 2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    case 3: x8_group_tile(type, 3, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    case 4: x8_group_tile(type, 4, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    case 5: x8_group_tile(type, 5, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    case 6: x8_group_tile(type, 6, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    case 7: x8_group_tile(type, 7, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+    default: x8_group_tile(type, 8, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
     }
 }
-typedef void (*x8_spans_fn)(int na, int64_t nb, const uint8_t *w, int64_t n_groups, const block_q8_0 *const *x,
-                            const x8_act_prep *const *p, float *y, int64_t ldy);
 
+/* Up to 8 activation rows at a time over the matrix in the order its blocks
+ * lie (repack.h): run by run, a span at a time across the run's groups, so
+ * the span's activation blocks are read from L1 by every group and the
+ * weights are one sequential stream, read once per tile of activation rows. */
 static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int offset, int64_t k, const void *w,
                                                             int64_t n_rows, const void *act, uint64_t act_stride,
-                                                            int n_act, float *y, int64_t ldy, x8_spans_fn spans) {
-    const int64_t nb = k / 32;
+                                                            int n_act, float *y, int64_t ldy) {
+    const int64_t nb = k / 32, n_groups = n_rows / X8_ROWS, span = pkv_x8_span_blocks(nb);
     if (nb > X8_MAX_NB) {
         pkv_matvec_x8_ref(type, k, w, n_rows, act, act_stride, n_act, y, ldy);
         return;
     }
-    const uint64_t group_bytes = (uint64_t)nb * pkv_x8_block_bytes(type);
+    const uint64_t bb = pkv_x8_block_bytes(type);
     x8_act_prep prep[X8_ACT_TILE * X8_MAX_NB];
+    float carry[PKV_X8_RUN_GROUPS][2 * X8_ACT_TILE * X8_ROWS];
     for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
         const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
         const block_q8_0 *x[X8_ACT_TILE];
@@ -234,37 +190,34 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
             x8_prepare(x[a], nb, offset, prep + a * nb);
         }
         float *ya = y + (int64_t)a0 * ldy;
-        if (na >= X8_SPAN_MIN_ROWS && (uint64_t)na * nb * (sizeof(block_q8_0) + sizeof(x8_act_prep)) > X8_L1_ACT_BYTES) {
-            spans(na, nb, (const uint8_t *)w, n_rows / X8_ROWS, x, p, ya, ldy);
-            continue;
-        }
-        for (int64_t g = 0; g < n_rows / X8_ROWS; g++) {
-            const uint8_t *group = (const uint8_t *)w + (uint64_t)g * group_bytes;
-            float *yg = ya + g * X8_ROWS;
-            switch (na) {
-            case 1: x8_group_tile(type, 1, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            case 2: x8_group_tile(type, 2, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            case 3: x8_group_tile(type, 3, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            case 4: x8_group_tile(type, 4, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            case 5: x8_group_tile(type, 5, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            case 6: x8_group_tile(type, 6, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            case 7: x8_group_tile(type, 7, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
-            default: x8_group_tile(type, 8, nb, group, NULL, x, p, yg, ldy, NULL, NULL); break;
+        const uint8_t *piece = w;
+        for (int64_t g0 = 0; g0 < n_groups; g0 += PKV_X8_RUN_GROUPS) {
+            const int64_t gn = n_groups - g0 < PKV_X8_RUN_GROUPS ? n_groups - g0 : PKV_X8_RUN_GROUPS;
+            for (int64_t c0 = 0; c0 < nb; c0 += span) {
+                const int64_t cn = nb - c0 < span ? nb - c0 : span;
+                const bool first = c0 == 0, last = c0 + cn == nb;
+                const block_q8_0 *xs[X8_ACT_TILE];
+                const x8_act_prep *ps[X8_ACT_TILE];
+                for (int a = 0; a < na; a++) xs[a] = x[a] + c0, ps[a] = p[a] + c0;
+                for (int64_t g = g0; g < g0 + gn; g++, piece += (uint64_t)cn * bb)
+                    x8_tile_of(type, na, cn, piece, xs, ps, ya + g * X8_ROWS, ldy, first ? NULL : carry[g - g0],
+                               last ? NULL : carry[g - g0]);
             }
         }
     }
 }
 
-/* Blocks b0..b0+nb-1 of the group at w as the batched matmul stages them:
+/* Blocks b0..b0+nb-1 of group grp as the batched matmul stages them:
  * row r's unsigned quants at u + r * u_stride + 32 (b - b0), its scale at
  * dw[r * dw_stride + b - b0]. The 8 quant vectors of a block are an 8 x 8
  * matrix of 4-byte groups (vector q, lane r); transposed, vector r is row
  * r's 32 quants. */
-static inline void x8_stage(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
-                            float *dw, size_t dw_stride) {
+static inline void x8_stage(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,
+                            size_t u_stride, float *dw, size_t dw_stride) {
     const uint64_t bb = pkv_x8_block_bytes(type);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = (const uint8_t *)w + (uint64_t)(b0 + b) * bb;
+        const uint8_t *blk =
+            (const uint8_t *)grp->data + pkv_x8_block_offset(bb, grp->nb, grp->n_groups, grp->g, b0 + b);
         __m256i q[8];
         switch (type) {
         case PKV_TYPE_Q4_0: x8_quants(PKV_TYPE_Q4_0, blk, q); break;
@@ -281,33 +234,23 @@ static inline void x8_stage(uint32_t type, const void *w, int64_t b0, int64_t nb
     }
 }
 
-/* The exported kernels of a level (levels.h), each with its spans out of line. */
-#define X8_SPANS(TYPE, NAME, LEVEL)                                                                                 \
-    static __attribute__((noinline)) void x8_spans_##NAME##_##LEVEL(int na, int64_t nb, const uint8_t *w,         \
-                                                                    int64_t n_groups, const block_q8_0 *const *x, \
-                                                                    const x8_act_prep *const *p, float *y,        \
-                                                                    int64_t ldy) {                                \
-        x8_spans_of(TYPE, na, nb, w, n_groups, x, p, y, ldy);                                                      \
-    }
+/* The exported kernels of a level (levels.h). */
 #define X8_KERNELS(LEVEL)                                                                                            \
-    X8_SPANS(PKV_TYPE_Q4_0, q4_0, LEVEL)                                                                             \
-    X8_SPANS(PKV_TYPE_Q5_0, q5_0, LEVEL)                                                                             \
-    X8_SPANS(PKV_TYPE_Q8_0, q8_0, LEVEL)                                                                             \
     void pkv_matvec_x8_q4_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q4_0, 8, k, w, n_rows, act, act_stride, n_act, y, ldy, x8_spans_q4_0_##LEVEL);           \
+        x8_matvec(PKV_TYPE_Q4_0, 8, k, w, n_rows, act, act_stride, n_act, y, ldy);                                   \
     }                                                                                                                \
     void pkv_matvec_x8_q5_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q5_0, 16, k, w, n_rows, act, act_stride, n_act, y, ldy, x8_spans_q5_0_##LEVEL);          \
+        x8_matvec(PKV_TYPE_Q5_0, 16, k, w, n_rows, act, act_stride, n_act, y, ldy);                                  \
     }                                                                                                                \
     void pkv_matvec_x8_q8_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy, x8_spans_q8_0_##LEVEL);         \
+        x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy);                                 \
     }                                                                                                                \
-    void pkv_x8_stage_##LEVEL(uint32_t type, const void *w, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,    \
-                              float *dw, size_t dw_stride) {                                                         \
-        x8_stage(type, w, b0, nb, u, u_stride, dw, dw_stride);                                                       \
+    void pkv_x8_stage_##LEVEL(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,          \
+                              size_t u_stride, float *dw, size_t dw_stride) {                                        \
+        x8_stage(type, grp, b0, nb, u, u_stride, dw, dw_stride);                                                     \
     }
 
 #endif

@@ -131,8 +131,9 @@ typedef float (*pkv_vec_dot_fn)(int64_t n, const void *weight_row, const void *a
 typedef void (*pkv_vec_dot_rows_fn)(int64_t n, const void *weight_row, const void *act, uint64_t act_stride,
                                     int n_rows, float *out, int64_t out_stride);
 /* The decode matrix-vector product on weights interleaved by 8 rows
- * (kernels/repack.h, docs/engine.md §2.5): n_rows (a multiple of 8) rows
- * starting at the group w, each dotted with n_act Q8_0 activation rows
+ * (kernels/repack.h, docs/engine.md §2.5): n_rows rows of the interleaved
+ * matrix at w (from a run's first row: a whole number of runs, or to the
+ * matrix's end), each dotted with n_act Q8_0 activation rows
  * (act_stride bytes apart) into y[a * ldy + row]. A row's result has the
  * same bits whatever n_act and level (pkv_matvec_x8_ref's), so a batched
  * step equals single steps. A table with this kernel for a type also has a gemm for it
@@ -184,9 +185,18 @@ uint64_t pkv_pack_group_bytes(pkv_pack_kind kind, int64_t k);
 /* Largest K chunk (elements) one kernel call may take. */
 int64_t pkv_pack_max_chunk(pkv_pack_kind kind);
 
+/* One group of 8 rows of a matrix interleaved by 8 rows (kernels/repack.h):
+ * the matrix's data (from a run's first row), its blocks per row and groups,
+ * and the group's index. */
 typedef struct {
-    const void *w;       /* first of n_rows weight rows, or (x8) their interleaved group */
-    bool x8;             /* weights interleaved by 8 rows (kernels/repack.h); n_rows is 8 */
+    const void *data;
+    int64_t nb, n_groups, g;
+} pkv_x8_group;
+
+typedef struct {
+    const void *w;       /* first of n_rows weight rows in the file's layout (unless x8) */
+    pkv_x8_group x8;     /* or, where x8.data is set, their group of weights interleaved by 8
+                          * rows (kernels/repack.h); n_rows is 8 */
     uint64_t row_bytes;
     int n_rows;          /* 1..PKV_GEMM_ROWS; acc rows >= n_rows are left undefined */
     int64_t k0, k1;      /* K range (elements, multiples of the pack block, k1-k0 <= max chunk) */

@@ -76,7 +76,8 @@ int pkv_model_interleave(pkv_model *m, pkv_error *err) {
         /* a slice at a time, each slice's file pages released once copied:
          * loading never holds a whole large matrix twice (the peak stays the
          * running process's, which the memory-cap benchmark measures) */
-        const int64_t slice = SLICE_BYTES / (PKV_X8_ROWS * t->row_bytes) * PKV_X8_ROWS;
+        int64_t slice = SLICE_BYTES / (PKV_X8_RUN_ROWS * t->row_bytes) * PKV_X8_RUN_ROWS; /* whole runs */
+        if (slice == 0) slice = PKV_X8_RUN_ROWS;
         for (int64_t r0 = 0; r0 < t->ne[1]; r0 += slice) {
             const int64_t n_rows = t->ne[1] - r0 < slice ? t->ne[1] - r0 : slice;
             const uint8_t *src = (const uint8_t *)t->data + (uint64_t)r0 * t->row_bytes;
