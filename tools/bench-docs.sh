@@ -30,6 +30,8 @@
 #   qwen05-serve             the server: promptkv batched, --no-batch and llama-server -np N (LLAMA_SERVER;
 #                            only promptkv without it), 1/2/4/8 streams and a 4K-token arrival
 #   llama1b-serve            the same on the 1B shape, without the arrival
+#   qwen05-serve-snapkv, llama1b-serve-snapkv  the same with promptkv's requests compressed (snapkv, budget 128)
+#                            on longer prompts, without the arrival
 #
 # Environment: LLAMA_BENCH (llama-bench binary; steps that need it are skipped without it), LLAMA_SERVER
 # and LLAMA_SERVER_ARGS (more llama-server flags, e.g. --no-repack),
@@ -240,9 +242,29 @@ step_llama1b-serve() {
         ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} --json "$OUT/llama1b-serve.json"
 }
 
+# the same with every promptkv request compressed (SnapKV, 128 rows per head) on longer prompts, so that
+# most of each prompt is pressed away; llama-server keeps its full cache
+SERVE_SNAPKV='{"press": "snapkv", "budget": 128}'
+step_qwen05-serve-snapkv() {
+    [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
+    run qwen05-serve-snapkv python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$Q05" --threads "$THREADS" \
+        --streams 1,2,4,8 --tokens 64 --prompt-tokens 512 --press "$SERVE_SNAPKV" \
+        ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} \
+        --json "$OUT/qwen05-serve-snapkv.json"
+}
+step_llama1b-serve-snapkv() {
+    need_1b
+    # 128 "tokens" of text are about 700 tokens of the synthetic vocabulary (see llama1b-serve)
+    run llama1b-serve-snapkv python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$L1B" --threads "$THREADS" \
+        --streams 1,2,4,8 --tokens 64 --prompt-tokens 128 --ctx 1024 --press "$SERVE_SNAPKV" \
+        ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} \
+        --json "$OUT/llama1b-serve-snapkv.json"
+}
+
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
      llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline decode-layout
-     qwen05-prefill-fa threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve)
+     qwen05-prefill-fa threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve qwen05-serve-snapkv
+     llama1b-serve-snapkv)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")
 for s in "${steps[@]}"; do
