@@ -109,7 +109,8 @@ static void quantize_item(void *arg, int64_t t, int ith) {
 /* Row m of a weight as floats, in the file's layout or interleaved by 8. */
 static void weight_row_f32(const pkv_kernels *k, const pkv_tensor *w, int64_t m, float *out) {
     const char *data = w->data;
-    if (w->x8) pkv_x8_dequant_row(w->type, &(pkv_x8_group){data, w->ne[0] / 32, w->ne[1] / 8, m / 8}, (int)(m % 8), out);
+    const pkv_x8_group grp = {data, w->ne[0] / 32, w->ne[1] / PKV_X8_ROWS, m / PKV_X8_ROWS};
+    if (w->x8) pkv_x8_dequant_row(w->type, &grp, (int)(m % PKV_X8_ROWS), out);
     else k->dequant[w->type](data + m * w->row_bytes, out, w->ne[0]);
 }
 

@@ -109,9 +109,8 @@ void pkv_x8_repack(uint32_t type, const void *src, uint64_t row_bytes, int64_t k
     uint16_t d[ROWS];
     for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *rows = (const uint8_t *)src + (uint64_t)g * ROWS * row_bytes;
-        uint8_t *out = dst;
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *blk = out + pkv_x8_block_offset(bb, nb, n_groups, g, b);
+            uint8_t *blk = (uint8_t *)dst + pkv_x8_block_offset(bb, nb, n_groups, g, b);
             if (type == PKV_TYPE_Q8_0) {
                 repack_q8_0_block(rows, row_bytes, b, blk);
                 continue;

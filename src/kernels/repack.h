@@ -31,8 +31,9 @@
  * longer rows are cut into spans of PKV_X8_SPAN_BLOCKS (the last may be
  * shorter). The decode kernel takes a span across a run's groups while the
  * activation rows' blocks of that span stay in L1, so it reads the weights
- * in the order they lie, one sequential stream (docs/engine.md §2.5). A range of rows that starts at a run and is a whole
- * number of runs, or reaches the matrix's end, is itself such a matrix.
+ * in the order they lie, one sequential stream (docs/engine.md §2.5). A
+ * range of rows that starts at a run and is a whole number of runs, or
+ * reaches the matrix's end, is itself such a matrix.
  */
 #ifndef PKV_KERNEL_REPACK_H
 #define PKV_KERNEL_REPACK_H

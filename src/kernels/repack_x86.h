@@ -33,8 +33,9 @@ enum {
     X8_MAX_NB = 1024, /* K up to 32768 here; longer rows take the scalar reference (same bits) */
     /* activation rows advanced together over a span of a group's blocks: up
      * to 8, so that a batch's weights are read and unpacked once per step.
-     * A span of 8 rows' blocks and prepared scales (8 x 24 x 42 bytes, 8 KiB)
-     * stays in L1 while the run's groups' pieces of that span stream past. */
+     * A span of 8 rows' blocks and prepared scales (8 x 24 x 42 bytes, 8 KiB;
+     * 11 KiB for a whole row of 32 blocks) stays in L1 while the run's
+     * groups' pieces of that span stream past. */
     X8_ACT_TILE = 8,
     /* Over rows cut into spans, with 4 or more activation rows, the weights
      * are prefetched 4 KiB ahead (they lie in the order they are read):
