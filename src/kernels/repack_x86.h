@@ -216,9 +216,14 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
 static inline void x8_stage(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,
                             size_t u_stride, float *dw, size_t dw_stride) {
     const uint64_t bb = pkv_x8_block_bytes(type);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk =
-            (const uint8_t *)grp->data + pkv_x8_block_offset(bb, grp->nb, grp->n_groups, grp->g, b0 + b);
+    const int64_t span = pkv_x8_span_blocks(grp->nb);
+    const uint8_t *blk = NULL;
+    int64_t left = 0; /* blocks of the group that lie on from blk, to its span's end */
+    for (int64_t b = 0; b < nb; b++, blk += bb, left--) {
+        if (left == 0) {
+            blk = (const uint8_t *)grp->data + pkv_x8_block_offset(bb, grp->nb, grp->n_groups, grp->g, b0 + b);
+            left = span - (b0 + b) % span;
+        }
         __m256i q[8];
         switch (type) {
         case PKV_TYPE_Q4_0: x8_quants(PKV_TYPE_Q4_0, blk, q); break;
