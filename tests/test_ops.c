@@ -340,6 +340,59 @@ TEST(ops_matmul_threads_and_fusion_bit_identical) {
     free(x), free(scratch), free(want), free(got), free(y2), free(y3);
 }
 
+/* Q4_K and Q6_K weights interleaved by 8 rows (kernels/repack.h) through the
+ * matmul driver, at each level that interleaves them: prefill (37 tokens, the batched
+ * kernel on the tile's rows put back into the file's layout, K chunks of
+ * 1024 and a last of 768) gives the file layout's bits; decode (1 and 3
+ * tokens) gives the interleaved kernel's reference on the tokens' Q8_0 rows,
+ * on 1 and 2 threads. */
+static void interleaved_through_matmul(uint32_t type) {
+    uint64_t rng = 29;
+    const int64_t K = 4864, M = 136;
+    const int toks[] = {1, 3, 37};
+    weight w = make_weight(type, K, M, &rng);
+    uint8_t *w8 = malloc(w.t.nbytes), *q = malloc(pkv_row_bytes(PKV_TYPE_Q8_0, K) * 37);
+    pkv_x8_repack(type, w.data, w.t.row_bytes, K, M, w8);
+    pkv_tensor t8 = w.t;
+    t8.data = w8;
+    t8.x8 = true;
+    float *x = malloc(37 * K * sizeof(float)), *want = malloc(37 * M * sizeof(float)), *got = malloc(37 * M * sizeof(float));
+    random_acts(x, 37 * K, &rng);
+    void *scratch = malloc(pkv_matmul_scratch_bytes(K, 37, 2));
+    int checked = 0;
+    for (pkv_simd level = PKV_SIMD_AVX2; level <= pkv_simd_detect(); level++) {
+        const pkv_kernels *kern = pkv_kernels_get(level);
+        if (!kern->matvec_x8[type]) continue;
+        for (int th = 1; th <= 2; th++) {
+            pkv_pool *pool = pkv_pool_new(th);
+            const pkv_compute c = {.kern = kern, .pool = pool};
+            for (size_t n = 0; n < sizeof toks / sizeof *toks; n++) {
+                const int nt = toks[n];
+                if (nt < 4) {
+                    const uint64_t ab = pkv_row_bytes(PKV_TYPE_Q8_0, K);
+                    for (int t = 0; t < nt; t++) kern->quantize[PKV_TYPE_Q8_0](x + t * K, q + t * ab, K);
+                    pkv_matvec_x8_ref(type, K, w8, M, q, ab, nt, want, M);
+                } else {
+                    pkv_matmul(&c, &w.t, x, nt, want, scratch);
+                }
+                memset(got, 0, (size_t)nt * M * sizeof(float));
+                pkv_matmul(&c, &t8, x, nt, got, scratch);
+                CHECK_MSG(same_floats(want, got, (size_t)nt * M), "%s %s, %d threads, %d tokens: interleaved rows differ",
+                          pkv_type_get(type)->name, pkv_simd_name(level), th, nt);
+                checked++;
+            }
+            pkv_pool_free(pool);
+        }
+    }
+    CHECK(pkv_simd_detect() < PKV_SIMD_AVX2 || checked > 0);
+    free(w.data), free(w8), free(q), free(x), free(want), free(got), free(scratch);
+}
+
+TEST(ops_matmul_interleaved_k_quants) {
+    interleaved_through_matmul(PKV_TYPE_Q4_K);
+    interleaved_through_matmul(PKV_TYPE_Q6_K);
+}
+
 /* Rowwise (the batched decode step's matmul): n rows give, row by row, the
  * bits of n one-row matmuls, for every type, with any thread count; the
  * default path at the same row count is the packed one, which rounds

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench-dot: K a positive multiple of %d, M > 0, rows in 1..64, reps >= 1\n", ti->block_elems);
         return 2;
     }
-    const uint32_t at = ti->act_type;
+    const uint32_t at = x8 ? PKV_TYPE_Q8_0 : ti->act_type; /* the interleaved kernel takes Q8_0 rows */
     const uint64_t rb = pkv_row_bytes(type, K), ab = pkv_row_bytes(at, K);
     uint8_t *w = malloc(rb * (uint64_t)M), *a = malloc(ab * (uint64_t)rows);
     float *x = malloc((size_t)K * sizeof *x), *y = malloc((size_t)M * rows * sizeof *y);

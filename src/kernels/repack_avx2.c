@@ -43,6 +43,17 @@ static inline __attribute__((always_inline)) __m256i x8_block_sums(const uint32_
                             _mm256_add_epi32(_mm256_madd_epi16(p[0], ones), _mm256_madd_epi16(p[1], ones)));
 }
 
+/* Elements 0..15 (q[0..3], ys[0..15]) of a block: the 8 rows' exact sums
+ * plus corr (Q6_K's half blocks; quants up to 63, so a pair of maddubs
+ * products stays within int16: 2 x 2 x 63 x 128 < 32768). */
+static inline __attribute__((always_inline)) __m256i x8_half_sums(const __m256i q[4], const uint8_t *ys,
+                                                                  int32_t corr) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(q[0], bcast4(ys, 0)), _mm256_maddubs_epi16(q[1], bcast4(ys, 1)));
+    const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(q[2], bcast4(ys, 2)), _mm256_maddubs_epi16(q[3], bcast4(ys, 3)));
+    return _mm256_add_epi32(_mm256_set1_epi32(corr), _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+}
+
 #include "kernels/repack_x86.h"
 
 X8_KERNELS(avx2)

@@ -37,6 +37,18 @@ static inline __attribute__((always_inline)) __m256i x8_block_sums(const uint32_
     return _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3));
 }
 
+/* Elements 0..15 (q[0..3], ys[0..15]) of a block: the 8 rows' exact sums
+ * plus corr (Q6_K's half blocks). */
+static inline __attribute__((always_inline)) __m256i x8_half_sums(const __m256i q[4], const uint8_t *ys,
+                                                                  int32_t corr) {
+    __m256i s0 = _mm256_set1_epi32(corr), s1 = _mm256_setzero_si256();
+    s0 = _mm256_dpbusd_epi32(s0, q[0], _mm256_set1_epi32((int)load_u32(ys)));
+    s1 = _mm256_dpbusd_epi32(s1, q[1], _mm256_set1_epi32((int)load_u32(ys + 4)));
+    s0 = _mm256_dpbusd_epi32(s0, q[2], _mm256_set1_epi32((int)load_u32(ys + 8)));
+    s1 = _mm256_dpbusd_epi32(s1, q[3], _mm256_set1_epi32((int)load_u32(ys + 12)));
+    return _mm256_add_epi32(s0, s1);
+}
+
 #include "kernels/repack_x86.h"
 
 X8_KERNELS(avx512)

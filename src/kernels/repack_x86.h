@@ -75,17 +75,31 @@ static inline __attribute__((always_inline)) void x8_quants(const uint32_t type,
  * streaming weights evict them. */
 typedef struct {
     float d;
-    int32_t corr;
+    union {
+        int32_t corr; /* legacy weights: -offset x the sum of the quants; Q6_K: -32 x that of the first 16 */
+        float nsum;   /* Q4_K: -(d x the sum of the quants), the mins' factor */
+    };
+    int32_t corr_hi;  /* Q6_K: -32 x the sum of the last 16 quants */
 } x8_act_prep;
 
-static void x8_prepare(const block_q8_0 *x, int64_t nb, int offset, x8_act_prep *p) {
+static void x8_prepare(const uint32_t type, const block_q8_0 *x, int64_t nb, int offset, x8_act_prep *p) {
     for (int64_t b = 0; b < nb; b++) {
         const __m256i s = dot_u8_i8(_mm256_set1_epi8(1), load256(x[b].qs));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-        p[b].corr = -offset * _mm_cvtsi128_si32(h);
         p[b].d = half(x[b].d);
+        if (type == PKV_TYPE_Q4_K) p[b].nsum = -(p[b].d * (float)_mm_cvtsi128_si32(h));
+        else p[b].corr = -offset * _mm_cvtsi128_si32(h);
+        if (type == PKV_TYPE_Q6_K) { /* the halves' sums: the low and high 128-bit lanes of s */
+            __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
+            lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4E));
+            hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0x4E));
+            lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xB1));
+            hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0xB1));
+            p[b].corr = -32 * _mm_cvtsi128_si32(lo);
+            p[b].corr_hi = -32 * _mm_cvtsi128_si32(hi);
+        }
     }
 }
 
@@ -149,11 +163,172 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
     }
 }
 
-/* x8_group_tile for na (1..8) activation rows, each an inlined copy. */
+/* Q4_K: sub-block j's 8 scales and 8 mins as floats, d sc_j and dmin m_j
+ * (repack.h: low 4 bits in sm, top 2 in smh). */
+static inline __attribute__((always_inline)) void x8k_scales(const uint8_t *blk, int j, __m256 d, __m256 dmin,
+                                                             __m256 *dsc, __m256 *dmn) {
+    const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 4 * X8_ROWS + 8 * j)));
+    const __m256i hi = _mm256_srli_epi32(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 12 * X8_ROWS + 8 * (j & 3)))), 4 * (j >> 2));
+    const __m256i three = _mm256_set1_epi32(3), fifteen = _mm256_set1_epi32(15);
+    const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, fifteen), _mm256_slli_epi32(_mm256_and_si256(hi, three), 4));
+    const __m256i m = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), three), 4));
+    *dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    *dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+}
+
+/* x8_group_tile for Q4_K: nb super-blocks; x and p at the span's first
+ * 32-element activation block. Accumulator 0 takes the scales' terms, 1 the
+ * mins' (pkv_matvec_x8_ref's order). */
+static inline __attribute__((always_inline)) void x8k_group_tile(const int na, int64_t nb, const uint8_t *group,
+                                                                 const block_q8_0 *const *x,
+                                                                 const x8_act_prep *const *p, float *y, int64_t ldy,
+                                                                 const float *carry_in, float *carry_out) {
+    const uint64_t bb = pkv_x8_block_bytes(PKV_TYPE_Q4_K);
+    const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
+    const __m256i low = _mm256_set1_epi8(15);
+    __m256 acc[X8_ACT_TILE][2];
+#pragma GCC unroll 8
+    for (int a = 0; a < na; a++)
+        for (int h = 0; h < 2; h++)
+            acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = group + (uint64_t)b * bb;
+        if (prefetch)
+            for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
+        const uint8_t *qs = blk + 16 * X8_ROWS;
+        for (int j = 0; j < 8; j++) {
+            __m256i q[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) {
+                const __m256i v = load256(qs + 256 * (j >> 1) + 32 * c);
+                q[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
+            }
+            __m256 dsc, dmn;
+            x8k_scales(blk, j, d, dmin, &dsc, &dmn);
+            const int64_t sb = 8 * b + j;
+#pragma GCC unroll 8
+            for (int a = 0; a < na; a++) {
+                const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x[a][sb].qs, 0);
+                acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dsc, _mm256_set1_ps(p[a][sb].d)),
+                                            acc[a][0]);
+                acc[a][1] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(p[a][sb].nsum), acc[a][1]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int a = 0; a < na; a++) {
+        if (carry_out) {
+            _mm256_storeu_ps(carry_out + 2 * a * X8_ROWS, acc[a][0]);
+            _mm256_storeu_ps(carry_out + (2 * a + 1) * X8_ROWS, acc[a][1]);
+        } else {
+            _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
+        }
+    }
+}
+
+/* Q6_K: the 8 quant vectors of 32-element block j of an interleaved
+ * super-block (repack.h), unsigned 0..63: the nibbles of pair j/2 with the
+ * two top bits of each quant from qh moved to bits 4 and 5. */
+static inline __attribute__((always_inline)) void x86_quants(const uint8_t *blk, int j, __m256i q[8]) {
+    const __m256i low = _mm256_set1_epi8(15), top = _mm256_set1_epi8(0x30);
+    const uint8_t *ql = blk + 18 * X8_ROWS + 384 * (j >> 1), *qh = ql + 256 + 64 * (j & 1);
+    const __m256i h[2] = {load256(qh), load256(qh + 32)};
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const __m256i v = load256(ql + 32 * c);
+        const __m256i n = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
+        const __m256i hb = h[c >> 2];
+        const int sh = 2 * (c & 3); /* bits sh, sh+1 to 4, 5 */
+        const __m256i t = sh < 4 ? _mm256_slli_epi16(hb, 4 - sh) : sh == 4 ? hb : _mm256_srli_epi16(hb, 2);
+        q[c] = _mm256_or_si256(n, _mm256_and_si256(t, top));
+    }
+}
+
+/* x8_group_tile for Q6_K: nb super-blocks; x and p at the span's first
+ * 32-element activation block. Accumulator 0 takes the first 16 elements of
+ * every 32, 1 the last 16 (pkv_matvec_x8_ref's order). */
+static inline __attribute__((always_inline)) void x86_group_tile(const int na, int64_t nb, const uint8_t *group,
+                                                                 const block_q8_0 *const *x,
+                                                                 const x8_act_prep *const *p, float *y, int64_t ldy,
+                                                                 const float *carry_in, float *carry_out) {
+    const uint64_t bb = pkv_x8_block_bytes(PKV_TYPE_Q6_K);
+    const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
+    __m256 acc[X8_ACT_TILE][2];
+#pragma GCC unroll 8
+    for (int a = 0; a < na; a++)
+        for (int h = 0; h < 2; h++)
+            acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = group + (uint64_t)b * bb;
+        if (prefetch)
+            for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        for (int j = 0; j < 8; j++) {
+            __m256i q[8];
+            x86_quants(blk, j, q);
+            const uint8_t *sc = blk + 2 * X8_ROWS + 16 * j;
+            const __m256 dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
+            const __m256 dhi =
+                _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
+            const int64_t sb = 8 * b + j;
+#pragma GCC unroll 8
+            for (int a = 0; a < na; a++) {
+                const uint8_t *ys = (const uint8_t *)x[a][sb].qs;
+                const __m256i slo = x8_half_sums(q, ys, p[a][sb].corr);
+                const __m256i shi = x8_half_sums(q + 4, ys + 16, p[a][sb].corr_hi);
+                const __m256 da = _mm256_set1_ps(p[a][sb].d);
+                acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(dlo, da), acc[a][0]);
+                acc[a][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(dhi, da), acc[a][1]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int a = 0; a < na; a++) {
+        if (carry_out) {
+            _mm256_storeu_ps(carry_out + 2 * a * X8_ROWS, acc[a][0]);
+            _mm256_storeu_ps(carry_out + (2 * a + 1) * X8_ROWS, acc[a][1]);
+        } else {
+            _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
+        }
+    }
+}
+
+/* x8_group_tile (x8k_group_tile for Q4_K) for na (1..8) activation rows,
+ * each an inlined copy. */
 static inline __attribute__((always_inline)) void x8_tile_of(const uint32_t type, int na, int64_t nb,
                                                              const uint8_t *piece, const block_q8_0 *const *x,
                                                              const x8_act_prep *const *p, float *y, int64_t ldy,
                                                              const float *carry_in, float *carry_out) {
+    if (type == PKV_TYPE_Q6_K) {
+        switch (na) {
+        case 1: x86_group_tile(1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 2: x86_group_tile(2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 3: x86_group_tile(3, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 4: x86_group_tile(4, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 5: x86_group_tile(5, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 6: x86_group_tile(6, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 7: x86_group_tile(7, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        default: x86_group_tile(8, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        }
+        return;
+    }
+    if (type == PKV_TYPE_Q4_K) {
+        switch (na) {
+        case 1: x8k_group_tile(1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 2: x8k_group_tile(2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 3: x8k_group_tile(3, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 4: x8k_group_tile(4, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 5: x8k_group_tile(5, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 6: x8k_group_tile(6, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        case 7: x8k_group_tile(7, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        default: x8k_group_tile(8, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
+        }
+        return;
+    }
     switch (na) {
     case 1: x8_group_tile(type, 1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
     case 2: x8_group_tile(type, 2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
@@ -173,8 +348,10 @@ static inline __attribute__((always_inline)) void x8_tile_of(const uint32_t type
 static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int offset, int64_t k, const void *w,
                                                             int64_t n_rows, const void *act, uint64_t act_stride,
                                                             int n_act, float *y, int64_t ldy) {
-    const int64_t nb = k / 32, n_groups = n_rows / X8_ROWS, span = pkv_x8_span_blocks(nb);
-    if (nb > X8_MAX_NB) {
+    /* nb interleaved blocks per row, nq activation blocks of 32 (per interleaved block: cq) */
+    const int64_t cq = pkv_x8_block_cols(type) / 32, nq = k / 32, nb = nq / cq, n_groups = n_rows / X8_ROWS;
+    const int64_t span = pkv_x8_span_blocks(type, nb);
+    if (nq > X8_MAX_NB) {
         pkv_matvec_x8_ref(type, k, w, n_rows, act, act_stride, n_act, y, ldy);
         return;
     }
@@ -187,8 +364,8 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
         const x8_act_prep *p[X8_ACT_TILE];
         for (int a = 0; a < na; a++) {
             x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
-            p[a] = prep + a * nb;
-            x8_prepare(x[a], nb, offset, prep + a * nb);
+            p[a] = prep + a * nq;
+            x8_prepare(type, x[a], nq, offset, prep + a * nq);
         }
         float *ya = y + (int64_t)a0 * ldy;
         const uint8_t *piece = w;
@@ -199,7 +376,7 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
                 const bool first = c0 == 0, last = c0 + cn == nb;
                 const block_q8_0 *xs[X8_ACT_TILE];
                 const x8_act_prep *ps[X8_ACT_TILE];
-                for (int a = 0; a < na; a++) xs[a] = x[a] + c0, ps[a] = p[a] + c0;
+                for (int a = 0; a < na; a++) xs[a] = x[a] + c0 * cq, ps[a] = p[a] + c0 * cq;
                 for (int64_t g = g0; g < g0 + gn; g++, piece += (uint64_t)cn * bb)
                     x8_tile_of(type, na, cn, piece, xs, ps, ya + g * X8_ROWS, ldy, first ? NULL : carry[g - g0],
                                last ? NULL : carry[g - g0]);
@@ -216,12 +393,12 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
 static inline void x8_stage(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,
                             size_t u_stride, float *dw, size_t dw_stride) {
     const uint64_t bb = pkv_x8_block_bytes(type);
-    const int64_t span = pkv_x8_span_blocks(grp->nb);
+    const int64_t span = pkv_x8_span_blocks(type, grp->nb);
     const uint8_t *blk = NULL;
     int64_t left = 0; /* blocks of the group that lie on from blk, to its span's end */
     for (int64_t b = 0; b < nb; b++, blk += bb, left--) {
         if (left == 0) {
-            blk = (const uint8_t *)grp->data + pkv_x8_block_offset(bb, grp->nb, grp->n_groups, grp->g, b0 + b);
+            blk = (const uint8_t *)grp->data + pkv_x8_block_offset(type, grp->nb, grp->n_groups, grp->g, b0 + b);
             left = span - (b0 + b) % span;
         }
         __m256i q[8];
@@ -253,6 +430,14 @@ static inline void x8_stage(uint32_t type, const pkv_x8_group *grp, int64_t b0, 
     void pkv_matvec_x8_q8_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
                                     int n_act, float *y, int64_t ldy) {                                             \
         x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy);                                 \
+    }                                                                                                                \
+    void pkv_matvec_x8_q4_K_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                    int n_act, float *y, int64_t ldy) {                                             \
+        x8_matvec(PKV_TYPE_Q4_K, 0, k, w, n_rows, act, act_stride, n_act, y, ldy);                                   \
+    }                                                                                                                \
+    void pkv_matvec_x8_q6_K_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
+                                    int n_act, float *y, int64_t ldy) {                                             \
+        x8_matvec(PKV_TYPE_Q6_K, 32, k, w, n_rows, act, act_stride, n_act, y, ldy);                                  \
     }                                                                                                                \
     void pkv_x8_stage_##LEVEL(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,          \
                               size_t u_stride, float *dw, size_t dw_stride) {                                        \
