@@ -120,7 +120,7 @@ static void gemm_product_x8(const pkv_kernels *kern, pkv_gemm_fn gemm, uint32_t 
         for (int g0 = 0; g0 < n_groups; g0 += groups_per_call) {
             pkv_gemm_args a = {
                 .w = w + m0 * rb,
-                .x8 = {x8 ? w : NULL, K / 32, M / PKV_X8_ROWS, m0 / PKV_X8_ROWS},
+                .x8 = x8 ? pkv_x8_group_of(type, w, K, M, m0 / PKV_X8_ROWS) : (pkv_x8_group){0},
                 .row_bytes = rb,
                 .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
                 .act = packed + (size_t)g0 * gb,
@@ -201,16 +201,19 @@ TEST(ops_gemm_levels_and_tilings_bit_identical) {
 /* On weights interleaved by 8 rows (kernels/repack.h) the batched kernels of
  * a table that interleaves them, and the scalar reference, stage the same
  * quants and scales as from the file's rows: the same bits (9 groups: a run
- * and a run of one; K chunks of 5 blocks, one across a span's end). */
+ * and a run of one; K chunks of 5 blocks, one across a span's end; the
+ * K-quants: chunks of 2 super-blocks, the second across the span's end
+ * after 3). */
 TEST(ops_gemm_interleaved_weights_bit_identical) {
-    static const uint32_t types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0};
+    static const uint32_t types[] = {PKV_TYPE_Q4_0, PKV_TYPE_Q5_0, PKV_TYPE_Q8_0, PKV_TYPE_Q4_K, PKV_TYPE_Q6_K};
     const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
     uint64_t rng = 13;
     const int64_t M = 72, K = 1280;
     const int n_tok = 21;
-    for (int ti = 0; ti < 3; ti++) {
+    for (int ti = 0; ti < (int)(sizeof types / sizeof types[0]); ti++) {
         const uint32_t type = types[ti];
         const uint64_t rb = pkv_row_bytes(type, K);
+        const int64_t small_chunk = pkv_x8_block_cols(type) == QK_K ? 512 : 160;
         uint8_t *w = malloc(rb * M), *w8 = malloc(rb * M);
         float *x = malloc((size_t)n_tok * K * sizeof(float));
         float *want = malloc((size_t)n_tok * M * sizeof(float)), *got = malloc((size_t)n_tok * M * sizeof(float));
@@ -228,9 +231,9 @@ TEST(ops_gemm_interleaved_weights_bit_identical) {
             if (!k->matvec_x8[type]) continue;
             for (int c = 0; c < 2; c++) {
                 memset(got, 0, (size_t)n_tok * M * sizeof(float));
-                gemm_product_x8(k, k->gemm[type], type, w8, true, M, K, x, n_tok, c ? 160 : 1024, 1 + c, got);
-                CHECK_MSG(same_floats(want, got, (size_t)n_tok * M), "%s %s chunk %d: interleaved rows differ",
-                          pkv_type_get(type)->name, pkv_simd_name(k->level), c ? 160 : 1024);
+                gemm_product_x8(k, k->gemm[type], type, w8, true, M, K, x, n_tok, c ? small_chunk : 1024, 1 + c, got);
+                CHECK_MSG(same_floats(want, got, (size_t)n_tok * M), "%s %s chunk %lld: interleaved rows differ",
+                          pkv_type_get(type)->name, pkv_simd_name(k->level), (long long)(c ? small_chunk : 1024));
             }
         }
         free(w), free(w8), free(x), free(want), free(got);

@@ -258,9 +258,15 @@ static void unpack_kquant(uint32_t type, const void *row, int64_t b, kq_block *o
 static void gemm_kquant(const pkv_gemm_args *a, uint32_t type) {
     const int64_t b0 = a->k0 / QK_K, nb = (a->k1 - a->k0) / QK_K;
     kq_block blk[PKV_GEMM_KC_Q / QK_K];
+    /* interleaved weights: the chunk's 8 rows put back into the file's layout */
+    uint8_t file[PKV_X8_ROWS][PKV_GEMM_KC_Q / QK_K * sizeof(block_q6_K)];
+    if (a->x8.data) pkv_x8_file_rows(type, &a->x8, b0, nb, file, sizeof file[0]);
     for (int r = 0; r < a->n_rows; r++) {
         const char *row = (const char *)a->w + (size_t)r * a->row_bytes;
-        for (int64_t b = 0; b < nb; b++) unpack_kquant(type, row, b0 + b, &blk[b]);
+        for (int64_t b = 0; b < nb; b++) {
+            if (a->x8.data) unpack_kquant(type, file[r], b, &blk[b]);
+            else unpack_kquant(type, row, b0 + b, &blk[b]);
+        }
         for (int g = 0; g < a->n_groups; g++) {
             float *acc = acc_of(a, g, r);
             const uint8_t *grp = (const uint8_t *)a->act + (size_t)g * a->group_bytes + (size_t)b0 * PACK256_BYTES;

@@ -176,7 +176,10 @@ static inline __attribute__((always_inline)) __m256i kquant_dot(uint32_t type, c
 static inline __attribute__((always_inline)) void gemm_kquant(const pkv_gemm_args *a, uint32_t type) {
     kquant_stage st;
     const int64_t b0 = a->k0 / QK_K, nb = (a->k1 - a->k0) / QK_K;
-    stage_kquant(a, type, &st, b0, nb, true);
+    if (a->x8.data) /* interleaved weights: all 8 rows from one group (repack_x86.h) */
+        pkv_x8_stage_kquant_avx2(type, &a->x8, b0, nb, &st, true);
+    else
+        stage_kquant(a, type, &st, b0, nb, true);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int g = 0; g < a->n_groups; g++) {
         float *acc = a->acc + (size_t)g * ROWS * PKV_GEMM_TOK;

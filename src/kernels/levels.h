@@ -13,6 +13,7 @@
 #ifndef PKV_KERNEL_LEVELS_H
 #define PKV_KERNEL_LEVELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,13 @@ void pkv_x8_stage_avx2(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64
                        float *dw, size_t dw_stride);
 void pkv_x8_stage_avx512(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,
                          size_t u_stride, float *dw, size_t dw_stride);
+/* ... and of interleaved Q4_K / Q6_K super-blocks into the K-quant kernels'
+ * stage (simd_x86.h kquant_stage). */
+struct kquant_stage;
+void pkv_x8_stage_kquant_avx2(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, struct kquant_stage *st,
+                              bool pair_scales);
+void pkv_x8_stage_kquant_avx512(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb,
+                                struct kquant_stage *st, bool pair_scales);
 
 #define PKV_DECLARE_FLOAT_HELPERS(LEVEL)                                                        \
     float pkv_dot_f32_##LEVEL(int64_t n, const float *a, const float *b);                      \

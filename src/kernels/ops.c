@@ -50,11 +50,10 @@ static pkv_pack_kind gemm_pack_of(const pkv_kernels *k, const pkv_tensor *w, int
     return kind;
 }
 
-/* Per thread: a dequantised weight row (f32 fallback), one quantised
- * activation row (packing) or a tile's 8 interleaved Q4_K rows back in the
- * file's layout (4.5 bytes per element), and the tile accumulators. */
+/* Per thread: a dequantised weight row (f32 fallback) or one quantised
+ * activation row (packing), and the tile accumulators. */
 static size_t per_thread_bytes(int64_t k) {
-    return align64((size_t)k * 5) +
+    return align64((size_t)k * sizeof(float)) +
            align64((size_t)MAX_PANEL_GROUPS * PKV_GEMM_ROWS * PKV_GEMM_TOK * sizeof(float));
 }
 
@@ -92,7 +91,7 @@ typedef struct {
 
 static float *thread_floats(const matmul_job *j, int ith) { return (float *)(j->thread_area + (size_t)ith * j->thread_bytes); }
 static float *thread_acc(const matmul_job *j, int ith) {
-    return (float *)(j->thread_area + (size_t)ith * j->thread_bytes + align64((size_t)j->K * 5));
+    return (float *)(j->thread_area + (size_t)ith * j->thread_bytes + align64((size_t)j->K * sizeof(float)));
 }
 
 /* Which weight an item belongs to, and the item's index inside it. */
@@ -210,18 +209,13 @@ static void gemm_item(void *arg, int64_t item, int ith) {
     float *acc = thread_acc(j, ith);
     pkv_gemm_fn gemm = j->kern->gemm[w->type];
     const int t0 = g0 * PKV_GEMM_TOK;
-    /* the K-quant kernels read the file's layout: an interleaved tile's K
-     * chunk is put back into it first (a small part of the chunk's work) */
-    const int64_t x8_cols = pkv_x8_block_cols(w->type);
-    const bool file_rows = w->x8 && x8_cols != 32;
     for (int tile = 0; tile < BLOCK_TILES; tile++) {
         const int64_t m0 = mb + tile * PKV_GEMM_ROWS;
         if (m0 >= M) break;
-        const pkv_x8_group grp = pkv_x8_group_of(w->type, w->data, j->K, M, m0 / PKV_X8_ROWS);
         pkv_gemm_args a = {
             .w = (const char *)w->data + m0 * w->row_bytes,
             .row_bytes = w->row_bytes,
-            .x8 = w->x8 && !file_rows ? grp : (pkv_x8_group){0},
+            .x8 = w->x8 ? pkv_x8_group_of(w->type, w->data, j->K, M, m0 / PKV_X8_ROWS) : (pkv_x8_group){0},
             .n_rows = M - m0 < PKV_GEMM_ROWS ? (int)(M - m0) : PKV_GEMM_ROWS,
             .act = (const char *)j->packed + (size_t)g0 * j->group_bytes,
             .group_bytes = j->group_bytes,
@@ -230,21 +224,11 @@ static void gemm_item(void *arg, int64_t item, int ith) {
             .ldy = M,
             .y_tokens = j->n_tok - t0,
         };
-        const char *act = a.act;
         for (int64_t k0 = 0; k0 < j->K; k0 += j->k_chunk) {
-            const int64_t k1 = k0 + j->k_chunk < j->K ? k0 + j->k_chunk : j->K;
             a.k0 = k0;
-            a.k1 = k1;
-            if (file_rows) { /* the chunk's rows as a matrix of their own, from column 0 */
-                a.row_bytes = pkv_row_bytes(w->type, k1 - k0);
-                pkv_x8_file_rows(w->type, &grp, k0 / x8_cols, (k1 - k0) / x8_cols, thread_floats(j, ith), a.row_bytes);
-                a.w = thread_floats(j, ith);
-                a.k0 = 0;
-                a.k1 = k1 - k0;
-                a.act = act + pkv_pack_group_bytes(j->pack, k0);
-            }
+            a.k1 = k0 + j->k_chunk < j->K ? k0 + j->k_chunk : j->K;
             a.init = k0 == 0;
-            a.y = k1 == j->K ? y + (int64_t)t0 * M + m0 : NULL;
+            a.y = a.k1 == j->K ? y + (int64_t)t0 * M + m0 : NULL;
             gemm(&a);
         }
     }

@@ -417,6 +417,88 @@ static inline void x8_stage(uint32_t type, const pkv_x8_group *grp, int64_t b0, 
     }
 }
 
+/* 8 vectors of 8 int32 (vector i: the 8 rows' value i) transposed: vector
+ * r holds row r's values 0..7. */
+static inline void transpose8x8_epi32(__m256i v[8]) {
+    __m256 f[8];
+    for (int i = 0; i < 8; i++) f[i] = _mm256_castsi256_ps(v[i]);
+    transpose8x8_ps(f);
+    for (int i = 0; i < 8; i++) v[i] = _mm256_castps_si256(f[i]);
+}
+
+/* Super-blocks b0..b0+nb-1 of an interleaved Q4_K or Q6_K group grp as
+ * stage_kquant (simd_x86.h) unpacks the same rows from the file's layout,
+ * value for value: the quants of a pair (Q4_K) or of a 32-element block
+ * (Q6_K) and the scales transposed from lanes (rows) to rows. */
+static inline void x8_stage_kquant(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, kquant_stage *st,
+                                   bool pair_scales) {
+    const __m256i low = _mm256_set1_epi8(15), lo16 = _mm256_set1_epi32(0xffff);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk =
+            (const uint8_t *)grp->data + pkv_x8_block_offset(type, grp->nb, grp->n_groups, grp->g, b0 + b);
+        float d[X8_ROWS], dmin[X8_ROWS];
+        _mm256_storeu_ps(d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)));
+        if (type == PKV_TYPE_Q4_K)
+            _mm256_storeu_ps(dmin, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS))));
+        for (int r = 0; r < X8_ROWS; r++) st->d[r][b] = d[r], st->dmin[r][b] = type == PKV_TYPE_Q4_K ? dmin[r] : 0.0f;
+        __m256i q[8];
+        if (type == PKV_TYPE_Q4_K) {
+            for (int p = 0; p < 4; p++) { /* row r's 32 bytes: the file's qs[32p..32p+31] */
+                for (int c = 0; c < 8; c++) q[c] = load256(blk + 16 * X8_ROWS + 256 * p + 32 * c);
+                transpose8x8_epi32(q);
+                for (int r = 0; r < X8_ROWS; r++) {
+                    uint8_t *u = st->u[r] + QK_K * b + 64 * p;
+                    _mm256_storeu_si256((__m256i *)u, _mm256_and_si256(q[r], low));
+                    _mm256_storeu_si256((__m256i *)(u + 32), _mm256_and_si256(_mm256_srli_epi16(q[r], 4), low));
+                }
+            }
+            __m256i sc[8], m[8];
+            for (int j = 0; j < 8; j++) {
+                const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 4 * X8_ROWS + 8 * j)));
+                const __m256i hi = _mm256_srli_epi32(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 12 * X8_ROWS + 8 * (j & 3)))),
+                    4 * (j >> 2));
+                const __m256i three = _mm256_set1_epi32(3), fifteen = _mm256_set1_epi32(15);
+                sc[j] = _mm256_or_si256(_mm256_and_si256(lo, fifteen), _mm256_slli_epi32(_mm256_and_si256(hi, three), 4));
+                m[j] = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
+                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), three), 4));
+                if (pair_scales) sc[j] = _mm256_or_si256(sc[j], _mm256_slli_epi32(sc[j], 16));
+                m[j] = _mm256_or_si256(m[j], _mm256_slli_epi32(m[j], 16));
+            }
+            transpose8x8_epi32(sc);
+            transpose8x8_epi32(m);
+            for (int r = 0; r < X8_ROWS; r++) {
+                _mm256_storeu_si256((__m256i *)st->sc[r][b], sc[r]);
+                _mm256_storeu_si256((__m256i *)st->pair[r][b], m[r]);
+            }
+            continue;
+        }
+        for (int j = 0; j < 8; j++) { /* Q6_K: row r's elements 32j..32j+31 */
+            x86_quants(blk, j, q);
+            transpose8x8_epi32(q);
+            for (int r = 0; r < X8_ROWS; r++) _mm256_storeu_si256((__m256i *)(st->u[r] + QK_K * b + 32 * j), q[r]);
+        }
+        __m256i sc[2][8], pr[8];
+        for (int i = 0; i < 16; i++)
+            sc[i >> 3][i & 7] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 * X8_ROWS + 8 * i)));
+        for (int i = 0; i < 8; i++)
+            pr[i] = _mm256_or_si256(_mm256_and_si256(sc[(2 * i) >> 3][(2 * i) & 7], lo16),
+                                    _mm256_slli_epi32(sc[(2 * i + 1) >> 3][(2 * i + 1) & 7], 16));
+        for (int h = 0; h < 2; h++) {
+            if (pair_scales)
+                for (int i = 0; i < 8; i++)
+                    sc[h][i] = _mm256_or_si256(_mm256_and_si256(sc[h][i], lo16), _mm256_slli_epi32(sc[h][i], 16));
+            transpose8x8_epi32(sc[h]);
+        }
+        transpose8x8_epi32(pr);
+        for (int r = 0; r < X8_ROWS; r++) {
+            _mm256_storeu_si256((__m256i *)st->sc[r][b], sc[0][r]);
+            _mm256_storeu_si256((__m256i *)(st->sc[r][b] + 8), sc[1][r]);
+            _mm256_storeu_si256((__m256i *)st->pair[r][b], pr[r]);
+        }
+    }
+}
+
 /* The exported kernels of a level (levels.h). */
 #define X8_KERNELS(LEVEL)                                                                                            \
     void pkv_matvec_x8_q4_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
@@ -442,6 +524,10 @@ static inline void x8_stage(uint32_t type, const pkv_x8_group *grp, int64_t b0, 
     void pkv_x8_stage_##LEVEL(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,          \
                               size_t u_stride, float *dw, size_t dw_stride) {                                        \
         x8_stage(type, grp, b0, nb, u, u_stride, dw, dw_stride);                                                     \
+    }                                                                                                                \
+    void pkv_x8_stage_kquant_##LEVEL(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb,               \
+                                     struct kquant_stage *st, bool pair_scales) {                                    \
+        x8_stage_kquant(type, grp, b0, nb, st, pair_scales);                                                         \
     }
 
 #endif

@@ -264,7 +264,7 @@ static inline __m256i q5k_fifth(__m256i qh, int bit) {
  * for the batched matmul kernels (gemm_avx2.c, gemm_avx512.c): the quants as
  * unsigned bytes in element order, the sub-block scales, the pairs that
  * multiply the activations' block sums, and the super-block scales. */
-typedef struct {
+typedef struct kquant_stage {
     uint8_t u[PKV_GEMM_ROWS][PKV_GEMM_KC_Q];
     /* Q4_K/Q5_K: 8 scales; Q6_K: 16 signed scales. As i16 pairs (sc_j, sc_j)
      * for kernels that widen with madd (AVX2), else plain (vpdpbusd, AVX-512). */
