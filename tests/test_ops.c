@@ -556,7 +556,9 @@ TEST(ops_pool_runs_every_item_once) {
                 struct timespec ts = {0, 3 * PKV_POOL_SPIN_US * 1000}; /* let the workers fall asleep */
                 nanosleep(&ts, NULL);
             }
-            pkv_pool_for(pool, n, count_item, &j);
+            /* every other job in thread order (the ranges and their stealing) */
+            if (job % 2) pkv_pool_for_in_order(pool, n, count_item, &j);
+            else pkv_pool_for(pool, n, count_item, &j);
             int wrong = 0;
             for (int i = 0; i < ITEMS; i++) wrong += atomic_load(&count[i]) != (i < n ? 1 : 0);
             CHECK_MSG(wrong == 0, "%d threads, job %d of %d items: %d items ran a wrong number of times", nt, job, n, wrong);

@@ -52,6 +52,8 @@ struct pkv_pool {
     void *arg;
     int64_t base;           /* item offset of this batch (jobs over MAX_ITEMS items run in batches) */
     uint64_t joins;         /* fork-joins run so far (pkv_pool_joins) */
+    /* pkv_pool_for_in_order: per part, the items left, next << 32 | end */
+    _Atomic uint64_t *ranges;
 };
 
 typedef struct {
@@ -155,7 +157,10 @@ pkv_pool *pkv_pool_new(int n_threads) {
     atomic_init(&pool->stop, 0);
     if (n_threads > 1) {
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
-        if (!pool->workers) {
+        pool->ranges = calloc((size_t)n_threads, sizeof *pool->ranges);
+        if (!pool->workers || !pool->ranges) {
+            free(pool->workers);
+            free(pool->ranges);
             free(pool);
             return NULL;
         }
@@ -183,6 +188,7 @@ void pkv_pool_free(pkv_pool *pool) {
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->workers[i - 1], NULL);
     free(pool->workers);
+    free(pool->ranges);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->job_cv);
     pthread_cond_destroy(&pool->done_cv);
@@ -229,6 +235,53 @@ void pkv_pool_for(pkv_pool *pool, int64_t n_items, pkv_item_fn fn, void *arg) {
     }
     for (int64_t base = 0; base < n_items; base += MAX_ITEMS)
         run_batch(pool, base, n_items - base < MAX_ITEMS ? n_items - base : MAX_ITEMS, fn, arg);
+}
+
+/* The next item of a range, from its front (its own part) or its back
+ * (another part, whose own range is done); false when none is left. */
+static bool take_item(_Atomic uint64_t *range, bool front, int64_t *item) {
+    uint64_t w = atomic_load(range);
+    for (;;) {
+        const uint64_t next = w >> 32, end = w & 0xffffffffu;
+        if (next >= end) return false;
+        const uint64_t taken = front ? next : end - 1;
+        const uint64_t nw = front ? (next + 1) << 32 | end : next << 32 | (end - 1);
+        if (atomic_compare_exchange_weak(range, &w, nw)) {
+            *item = (int64_t)taken;
+            return true;
+        }
+    }
+}
+
+typedef struct {
+    pkv_pool *pool;
+    int64_t n_items;
+    pkv_item_fn fn;
+    void *arg;
+} in_order_job;
+
+static void in_order_part(void *arg, int64_t part, int thread) {
+    const in_order_job *j = arg;
+    const int nth = j->pool->n_threads;
+    int64_t item;
+    while (take_item(&j->pool->ranges[part], true, &item)) j->fn(j->arg, item, thread);
+    for (int k = 1; k < nth; k++) /* then the others' last items, nearest part first */
+        while (take_item(&j->pool->ranges[(part + k) % nth], false, &item)) j->fn(j->arg, item, thread);
+}
+
+void pkv_pool_for_in_order(pkv_pool *pool, int64_t n_items, pkv_item_fn fn, void *arg) {
+    if (!pool || pool->n_threads == 1 || n_items <= 1 || n_items > 0xffffffff) {
+        pkv_pool_for(pool, n_items, fn, arg);
+        return;
+    }
+    const int nth = pool->n_threads;
+    for (int p = 0; p < nth; p++) {
+        int64_t b, e;
+        pkv_split(n_items, p, nth, 1, &b, &e);
+        atomic_store(&pool->ranges[p], (uint64_t)b << 32 | (uint64_t)e);
+    }
+    in_order_job j = {pool, n_items, fn, arg};
+    run_batch(pool, 0, nth, in_order_part, &j);
 }
 
 typedef struct {

@@ -40,6 +40,18 @@ uint64_t pkv_pool_joins(const pkv_pool *pool);
  * inline). */
 void pkv_pool_for(pkv_pool *pool, int64_t n_items, pkv_item_fn fn, void *arg);
 
+/* As pkv_pool_for, but each thread takes a contiguous range of the items in
+ * order (part t of pkv_split's n-way split, one part per thread), and a
+ * thread whose range is done takes the other ranges' last items, so a slow
+ * thread's rest is still shared. Where items are consecutive pieces of one
+ * array (a matmul's rows), each thread then reads one ascending stream,
+ * which the hardware prefetchers follow across items, where items handed
+ * out one at a time from a shared counter make every thread jump over the
+ * others' items and restart its stream at each one (docs/performance.md
+ * "Decode against the memory-bandwidth bound"). `thread` as in
+ * pkv_pool_for. */
+void pkv_pool_for_in_order(pkv_pool *pool, int64_t n_items, pkv_item_fn fn, void *arg);
+
 /* fn(arg, i, n) for every i < n = pkv_pool_size(pool): a job split in as
  * many parts as there are threads (any thread may run any part). */
 void pkv_pool_run(pkv_pool *pool, pkv_task_fn fn, void *arg);

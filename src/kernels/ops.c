@@ -182,7 +182,7 @@ static void run_dot_path(const pkv_compute *c, matmul_job *j) {
         j->row_chunk[i] = rc;
         j->item0[i + 1] = j->item0[i] + (M + rc - 1) / rc;
     }
-    pkv_pool_for(c->pool, j->item0[j->n_w], dot_item, j);
+    pkv_pool_for_in_order(c->pool, j->item0[j->n_w], dot_item, j);
 }
 
 static void pack_item(void *arg, int64_t g, int ith) {
