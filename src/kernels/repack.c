@@ -328,19 +328,16 @@ float pkv_x8_unpack_block(uint32_t type, const pkv_x8_group *grp, int lane, int6
 void pkv_x8_dequant_row(uint32_t type, const pkv_x8_group *grp, int lane, float *out) {
     uint8_t u[QK];
     int offset;
-    if (type == PKV_TYPE_Q4_K) {
+    if (pkv_x8_block_cols(type) == QK_K) { /* the super-block back in the file's layout, then its dequantiser */
+        union {
+            block_q4_K q4;
+            block_q6_K q6;
+        } x;
         for (int64_t b = 0; b < grp->nb; b++) {
-            block_q4_K x;
-            get_x8_q4_k(x8_block(type, grp, b), lane, &x);
-            pkv_dequant_q4_K_scalar(&x, out + b * QK_K, QK_K);
-        }
-        return;
-    }
-    if (type == PKV_TYPE_Q6_K) {
-        for (int64_t b = 0; b < grp->nb; b++) {
-            block_q6_K x;
-            get_x8_q6_k(x8_block(type, grp, b), lane, &x);
-            pkv_dequant_q6_K_scalar(&x, out + b * QK_K, QK_K);
+            if (type == PKV_TYPE_Q4_K) get_x8_q4_k(x8_block(type, grp, b), lane, &x.q4);
+            else get_x8_q6_k(x8_block(type, grp, b), lane, &x.q6);
+            if (type == PKV_TYPE_Q4_K) pkv_dequant_q4_K_scalar(&x.q4, out + b * QK_K, QK_K);
+            else pkv_dequant_q6_K_scalar(&x.q6, out + b * QK_K, QK_K);
         }
         return;
     }
@@ -355,99 +352,83 @@ void pkv_x8_dequant_row(uint32_t type, const pkv_x8_group *grp, int lane, float 
  * quants), one FMA with d_w d_a into the even or odd blocks' accumulator,
  * the two added at the end. */
 /* Q4_K (value = d sc_j u - dmin m_j in sub-block j): per 32-element
- * sub-block b, the exact integer dot product, one FMA with (d sc_j) d_a into
+ * sub-block, the exact integer dot product, one FMA with (d sc_j) d_a into
  * the scales' accumulator and one of dmin m_j with -(d_a x the sum of the
- * activation's quants) into the mins' accumulator; the two added at the end.
- * Each product of an fp16 scale and a 6-bit integer is exact in float. */
-static void matvec_x8_q4_k_ref(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,
-                               int n_act, float *y, int64_t ldy) {
-    const int64_t nb = k / QK_K;
-    for (int64_t m = 0; m < n_rows; m++) {
-        const pkv_x8_group group = {w, nb, n_rows / ROWS, m / ROWS};
-        for (int a = 0; a < n_act; a++) {
-            const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)a * act_stride);
-            float acc[2] = {0.0f, 0.0f};
-            for (int64_t b = 0; b < nb; b++) {
-                block_q4_K wb;
-                get_x8_q4_k(x8_block(PKV_TYPE_Q4_K, &group, b), (int)(m % ROWS), &wb);
-                const float d = pkv_f16_to_f32(wb.d), dmin = pkv_f16_to_f32(wb.dmin);
-                for (int j = 0; j < 8; j++) {
-                    const block_q8_0 *xa = &x[8 * b + j];
-                    const uint8_t *q = wb.qs + 32 * (j / 2);
-                    uint8_t sc, mn;
-                    q4_k_scale_min(wb.scales, j, &sc, &mn);
-                    int32_t s = 0, sum_x = 0;
-                    for (int e = 0; e < QK; e++) {
-                        const int u = j % 2 ? q[e] >> 4 : q[e] & 15;
-                        s += u * xa->qs[e], sum_x += xa->qs[e];
-                    }
-                    const float da = pkv_f16_to_f32(xa->d);
-                    acc[0] = fmaf((float)s, d * (float)sc * da, acc[0]);
-                    acc[1] = fmaf(dmin * (float)mn, -(da * (float)sum_x), acc[1]);
-                }
-            }
-            y[(int64_t)a * ldy + m] = acc[0] + acc[1];
+ * activation's quants) into the mins' accumulator. Each product of an fp16
+ * scale and a 6-bit integer is exact in float. x: the super-block's 8
+ * activation blocks. */
+static void q4_k_block_ref(const uint8_t *blk, int lane, const block_q8_0 *x, float acc[2]) {
+    block_q4_K wb;
+    get_x8_q4_k(blk, lane, &wb);
+    const float d = pkv_f16_to_f32(wb.d), dmin = pkv_f16_to_f32(wb.dmin);
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *q = wb.qs + 32 * (j / 2);
+        uint8_t sc, mn;
+        q4_k_scale_min(wb.scales, j, &sc, &mn);
+        int32_t s = 0, sum_x = 0;
+        for (int e = 0; e < QK; e++) {
+            const int u = j % 2 ? q[e] >> 4 : q[e] & 15;
+            s += u * x[j].qs[e], sum_x += x[j].qs[e];
         }
+        const float da = pkv_f16_to_f32(x[j].d);
+        acc[0] = fmaf((float)s, d * (float)sc * da, acc[0]);
+        acc[1] = fmaf(dmin * (float)mn, -(da * (float)sum_x), acc[1]);
     }
 }
 
-/* Q6_K (value = d sc_i (u - 32) in sub-block i of 16 elements): per half
- * of a 32-element activation block, the exact integer dot product minus 32 x
+/* Q6_K (value = d sc_i (u - 32) in sub-block i of 16 elements): per half of
+ * a 32-element activation block, the exact integer dot product minus 32 x
  * the sum of the half's activation quants, one FMA with (d sc_i) d_a into
- * the first or second halves' accumulator; the two added at the end. */
-static void matvec_x8_q6_k_ref(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,
-                               int n_act, float *y, int64_t ldy) {
-    const int64_t nb = k / QK_K;
-    for (int64_t m = 0; m < n_rows; m++) {
-        const pkv_x8_group group = {w, nb, n_rows / ROWS, m / ROWS};
-        for (int a = 0; a < n_act; a++) {
-            const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)a * act_stride);
-            float acc[2] = {0.0f, 0.0f};
-            for (int64_t b = 0; b < nb; b++) {
-                block_q6_K wb;
-                get_x8_q6_k(x8_block(PKV_TYPE_Q6_K, &group, b), (int)(m % ROWS), &wb);
-                const float d = pkv_f16_to_f32(wb.d);
-                for (int i = 0; i < 16; i++) {
-                    const block_q8_0 *xa = &x[8 * b + i / 2];
-                    int32_t s = 0, sum_x = 0;
-                    for (int e = 0; e < 16; e++) {
-                        const int8_t v = xa->qs[16 * (i % 2) + e];
-                        s += q6_k_get(&wb, 16 * i + e) * v, sum_x += v;
-                    }
-                    s -= 32 * sum_x;
-                    acc[i % 2] = fmaf((float)s, d * (float)wb.scales[i] * pkv_f16_to_f32(xa->d), acc[i % 2]);
-                }
-            }
-            y[(int64_t)a * ldy + m] = acc[0] + acc[1];
+ * the first or second halves' accumulator. */
+static void q6_k_block_ref(const uint8_t *blk, int lane, const block_q8_0 *x, float acc[2]) {
+    block_q6_K wb;
+    get_x8_q6_k(blk, lane, &wb);
+    const float d = pkv_f16_to_f32(wb.d);
+    for (int i = 0; i < 16; i++) {
+        const block_q8_0 *xa = &x[i / 2];
+        int32_t s = 0, sum_x = 0;
+        for (int e = 0; e < 16; e++) {
+            const int8_t v = xa->qs[16 * (i % 2) + e];
+            s += q6_k_get(&wb, 16 * i + e) * v, sum_x += v;
         }
+        s -= 32 * sum_x;
+        acc[i % 2] = fmaf((float)s, d * (float)wb.scales[i] * pkv_f16_to_f32(xa->d), acc[i % 2]);
     }
+}
+
+/* Block b's contribution to a row's two accumulators: a legacy block's
+ * exact integer dot product minus offset x (sum of the activation's quants),
+ * one FMA with d_w d_a into the even or odd blocks' accumulator; a K-quant
+ * super-block's as q4_k_block_ref and q6_k_block_ref say. x: the row's
+ * activation blocks. */
+static void x8_block_ref(uint32_t type, const pkv_x8_group *grp, int lane, int64_t b, const block_q8_0 *x,
+                         float acc[2]) {
+    if (type == PKV_TYPE_Q4_K) {
+        q4_k_block_ref(x8_block(type, grp, b), lane, x + 8 * b, acc);
+        return;
+    }
+    if (type == PKV_TYPE_Q6_K) {
+        q6_k_block_ref(x8_block(type, grp, b), lane, x + 8 * b, acc);
+        return;
+    }
+    uint8_t u[QK];
+    int offset;
+    const float dw = pkv_x8_unpack_block(type, grp, lane, b, u, &offset);
+    int32_t s = 0, sum_x = 0;
+    for (int e = 0; e < QK; e++) s += u[e] * x[b].qs[e], sum_x += x[b].qs[e];
+    s -= offset * sum_x;
+    acc[b & 1] = fmaf((float)s, dw * pkv_f16_to_f32(x[b].d), acc[b & 1]);
 }
 
 void pkv_matvec_x8_ref(uint32_t type, int64_t k, const void *w, int64_t n_rows, const void *act,
                        uint64_t act_stride, int n_act, float *y, int64_t ldy) {
-    if (type == PKV_TYPE_Q6_K) {
-        matvec_x8_q6_k_ref(k, w, n_rows, act, act_stride, n_act, y, ldy);
-        return;
-    }
-    if (type == PKV_TYPE_Q4_K) {
-        matvec_x8_q4_k_ref(k, w, n_rows, act, act_stride, n_act, y, ldy);
-        return;
-    }
-    const int64_t nb = k / QK;
-    uint8_t u[QK];
-    int offset;
+    const int64_t nb = k / pkv_x8_block_cols(type);
     for (int64_t m = 0; m < n_rows; m++) {
         const pkv_x8_group group = {w, nb, n_rows / ROWS, m / ROWS};
         for (int a = 0; a < n_act; a++) {
             const block_q8_0 *x = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)a * act_stride);
             float acc[2] = {0.0f, 0.0f};
-            for (int64_t b = 0; b < nb; b++) {
-                const float dw = pkv_x8_unpack_block(type, &group, (int)(m % ROWS), b, u, &offset);
-                int32_t s = 0, sum_x = 0;
-                for (int e = 0; e < QK; e++) s += u[e] * x[b].qs[e], sum_x += x[b].qs[e];
-                s -= offset * sum_x;
-                acc[b & 1] = fmaf((float)s, dw * pkv_f16_to_f32(x[b].d), acc[b & 1]);
-            }
+            for (int64_t b = 0; b < nb; b++) x8_block_ref(type, &group, (int)(m % ROWS), b, x, acc);
             y[(int64_t)a * ldy + m] = acc[0] + acc[1];
         }
     }

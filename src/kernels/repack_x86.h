@@ -110,59 +110,6 @@ static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d)), acc);
 }
 
-/* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
- * copy) activation rows over a span of nb blocks; results to y[a * ldy +
- * 0..7]. A span starts from the accumulators in carry_in (none for the
- * row's first) and, unless it is the row's last, leaves them in carry_out
- * instead of y: spans start at even blocks, so every block meets the
- * accumulator it meets in one pass over the row, and the bits are the
- * reference's. */
-static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
-                                                                const uint8_t *group, const block_q8_0 *const *x,
-                                                                const x8_act_prep *const *p, float *y, int64_t ldy,
-                                                                const float *carry_in, float *carry_out) {
-    const uint64_t bb = pkv_x8_block_bytes(type);
-    /* a span of a row cut into spans (it carries accumulators in or out) */
-    const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
-    __m256 acc[X8_ACT_TILE][2];
-#pragma GCC unroll 8
-    for (int a = 0; a < na; a++)
-        for (int h = 0; h < 2; h++)
-            acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *blk = group + (uint64_t)(b + h) * bb;
-            if (prefetch)
-                for (uint64_t o = 0; o < bb; o += 64)
-                    _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
-            __m256i q[8];
-            x8_quants(type, blk, q);
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-#pragma GCC unroll 8
-            for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
-        }
-    }
-    if (b < nb) {
-        const uint8_t *blk = group + (uint64_t)b * bb;
-        __m256i q[8];
-        x8_quants(type, blk, q);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-#pragma GCC unroll 8
-        for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
-    }
-#pragma GCC unroll 8
-    for (int a = 0; a < na; a++) {
-        if (carry_out) {
-            _mm256_storeu_ps(carry_out + 2 * a * X8_ROWS, acc[a][0]);
-            _mm256_storeu_ps(carry_out + (2 * a + 1) * X8_ROWS, acc[a][1]);
-        } else {
-            _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
-        }
-    }
-}
-
 /* Q4_K: sub-block j's 8 scales and 8 mins as floats, d sc_j and dmin m_j
  * (repack.h: low 4 bits in sm, top 2 in smh). */
 static inline __attribute__((always_inline)) void x8k_scales(const uint8_t *blk, int j, __m256 d, __m256 dmin,
@@ -176,58 +123,6 @@ static inline __attribute__((always_inline)) void x8k_scales(const uint8_t *blk,
                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), three), 4));
     *dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
     *dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
-}
-
-/* x8_group_tile for Q4_K: nb super-blocks; x and p at the span's first
- * 32-element activation block. Accumulator 0 takes the scales' terms, 1 the
- * mins' (pkv_matvec_x8_ref's order). */
-static inline __attribute__((always_inline)) void x8k_group_tile(const int na, int64_t nb, const uint8_t *group,
-                                                                 const block_q8_0 *const *x,
-                                                                 const x8_act_prep *const *p, float *y, int64_t ldy,
-                                                                 const float *carry_in, float *carry_out) {
-    const uint64_t bb = pkv_x8_block_bytes(PKV_TYPE_Q4_K);
-    const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
-    const __m256i low = _mm256_set1_epi8(15);
-    __m256 acc[X8_ACT_TILE][2];
-#pragma GCC unroll 8
-    for (int a = 0; a < na; a++)
-        for (int h = 0; h < 2; h++)
-            acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = group + (uint64_t)b * bb;
-        if (prefetch)
-            for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
-        const uint8_t *qs = blk + 16 * X8_ROWS;
-        for (int j = 0; j < 8; j++) {
-            __m256i q[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) {
-                const __m256i v = load256(qs + 256 * (j >> 1) + 32 * c);
-                q[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
-            }
-            __m256 dsc, dmn;
-            x8k_scales(blk, j, d, dmin, &dsc, &dmn);
-            const int64_t sb = 8 * b + j;
-#pragma GCC unroll 8
-            for (int a = 0; a < na; a++) {
-                const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x[a][sb].qs, 0);
-                acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dsc, _mm256_set1_ps(p[a][sb].d)),
-                                            acc[a][0]);
-                acc[a][1] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(p[a][sb].nsum), acc[a][1]);
-            }
-        }
-    }
-#pragma GCC unroll 8
-    for (int a = 0; a < na; a++) {
-        if (carry_out) {
-            _mm256_storeu_ps(carry_out + 2 * a * X8_ROWS, acc[a][0]);
-            _mm256_storeu_ps(carry_out + (2 * a + 1) * X8_ROWS, acc[a][1]);
-        } else {
-            _mm256_storeu_ps(y + (int64_t)a * ldy, _mm256_add_ps(acc[a][0], acc[a][1]));
-        }
-    }
 }
 
 /* Q6_K: the 8 quant vectors of 32-element block j of an interleaved
@@ -248,43 +143,111 @@ static inline __attribute__((always_inline)) void x86_quants(const uint8_t *blk,
     }
 }
 
-/* x8_group_tile for Q6_K: nb super-blocks; x and p at the span's first
- * 32-element activation block. Accumulator 0 takes the first 16 elements of
- * every 32, 1 the last 16 (pkv_matvec_x8_ref's order). */
-static inline __attribute__((always_inline)) void x86_group_tile(const int na, int64_t nb, const uint8_t *group,
-                                                                 const block_q8_0 *const *x,
-                                                                 const x8_act_prep *const *p, float *y, int64_t ldy,
-                                                                 const float *carry_in, float *carry_out) {
-    const uint64_t bb = pkv_x8_block_bytes(PKV_TYPE_Q6_K);
+/* 32-element block j of Q4_K super-block blk (scales d, dmin) against na
+ * activation rows, whose block is sb: scales' terms into acc[a][0], mins'
+ * into acc[a][1]. */
+static inline __attribute__((always_inline)) void x8k_q4_k_step(const int na, const uint8_t *blk, int j, __m256 d,
+                                                                __m256 dmin, const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, int64_t sb,
+                                                                __m256 acc[][2]) {
+    const __m256i low = _mm256_set1_epi8(15);
+    __m256i q[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const __m256i v = load256(blk + 16 * X8_ROWS + 256 * (j >> 1) + 32 * c);
+        q[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
+    }
+    __m256 dsc, dmn;
+    x8k_scales(blk, j, d, dmin, &dsc, &dmn);
+#pragma GCC unroll 8
+    for (int a = 0; a < na; a++) {
+        const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x[a][sb].qs, 0);
+        acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dsc, _mm256_set1_ps(p[a][sb].d)), acc[a][0]);
+        acc[a][1] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(p[a][sb].nsum), acc[a][1]);
+    }
+}
+
+/* ... of a Q6_K super-block (scale d): the first 16 elements' terms into
+ * acc[a][0], the last 16's into acc[a][1]. */
+static inline __attribute__((always_inline)) void x8k_q6_k_step(const int na, const uint8_t *blk, int j, __m256 d,
+                                                                const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, int64_t sb,
+                                                                __m256 acc[][2]) {
+    __m256i q[8];
+    x86_quants(blk, j, q);
+    const uint8_t *sc = blk + 2 * X8_ROWS + 16 * j;
+    const __m256 dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
+    const __m256 dhi =
+        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
+#pragma GCC unroll 8
+    for (int a = 0; a < na; a++) {
+        const uint8_t *ys = (const uint8_t *)x[a][sb].qs;
+        const __m256i slo = x8_half_sums(q, ys, p[a][sb].corr);
+        const __m256i shi = x8_half_sums(q + 4, ys + 16, p[a][sb].corr_hi);
+        const __m256 da = _mm256_set1_ps(p[a][sb].d);
+        acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(dlo, da), acc[a][0]);
+        acc[a][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(dhi, da), acc[a][1]);
+    }
+}
+
+/* The next bytes of a weight stream, X8_PREFETCH_BYTES ahead. */
+static inline __attribute__((always_inline)) void x8_prefetch(const uint8_t *blk, uint64_t bb) {
+    for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
+}
+
+/* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
+ * copy) activation rows over a span of nb blocks (K-quants: super-blocks);
+ * results to y[a * ldy + 0..7]. Legacy blocks go to the even or odd
+ * blocks' accumulator; the K-quants' two accumulators are their
+ * reference's (pkv_matvec_x8_ref). A span starts from the accumulators in carry_in (none for the
+ * row's first) and, unless it is the row's last, leaves them in carry_out
+ * instead of y: spans start at even blocks, so every block meets the
+ * accumulator it meets in one pass over the row, and the bits are the
+ * reference's. */
+static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t type, const int na, int64_t nb,
+                                                                const uint8_t *group, const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, float *y, int64_t ldy,
+                                                                const float *carry_in, float *carry_out) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    /* a span of a row cut into spans (it carries accumulators in or out) */
     const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
     __m256 acc[X8_ACT_TILE][2];
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++)
         for (int h = 0; h < 2; h++)
             acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = group + (uint64_t)b * bb;
-        if (prefetch)
-            for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-        for (int j = 0; j < 8; j++) {
-            __m256i q[8];
-            x86_quants(blk, j, q);
-            const uint8_t *sc = blk + 2 * X8_ROWS + 16 * j;
-            const __m256 dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
-            const __m256 dhi =
-                _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
-            const int64_t sb = 8 * b + j;
-#pragma GCC unroll 8
-            for (int a = 0; a < na; a++) {
-                const uint8_t *ys = (const uint8_t *)x[a][sb].qs;
-                const __m256i slo = x8_half_sums(q, ys, p[a][sb].corr);
-                const __m256i shi = x8_half_sums(q + 4, ys + 16, p[a][sb].corr_hi);
-                const __m256 da = _mm256_set1_ps(p[a][sb].d);
-                acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(dlo, da), acc[a][0]);
-                acc[a][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(dhi, da), acc[a][1]);
+    if (pkv_x8_block_cols(type) == QK_K) /* K-quant super-blocks: 8 steps each */
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = group + (uint64_t)b * bb;
+            if (prefetch) x8_prefetch(blk, bb);
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            if (type == PKV_TYPE_Q4_K) {
+                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
+                for (int j = 0; j < 8; j++) x8k_q4_k_step(na, blk, j, d, dmin, x, p, 8 * b + j, acc);
+            } else {
+                for (int j = 0; j < 8; j++) x8k_q6_k_step(na, blk, j, d, x, p, 8 * b + j, acc);
             }
         }
+    int64_t b = 0;
+    for (; pkv_x8_block_cols(type) == 32 && b + 2 <= nb; b += 2) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *blk = group + (uint64_t)(b + h) * bb;
+            if (prefetch) x8_prefetch(blk, bb);
+            __m256i q[8];
+            x8_quants(type, blk, q);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+#pragma GCC unroll 8
+            for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
+        }
+    }
+    if (pkv_x8_block_cols(type) == 32 && b < nb) {
+        const uint8_t *blk = group + (uint64_t)b * bb;
+        __m256i q[8];
+        x8_quants(type, blk, q);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+#pragma GCC unroll 8
+        for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
     }
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++) {
@@ -297,38 +260,11 @@ static inline __attribute__((always_inline)) void x86_group_tile(const int na, i
     }
 }
 
-/* x8_group_tile (x8k_group_tile for Q4_K) for na (1..8) activation rows,
- * each an inlined copy. */
+/* x8_group_tile for na (1..8) activation rows, each an inlined copy. */
 static inline __attribute__((always_inline)) void x8_tile_of(const uint32_t type, int na, int64_t nb,
                                                              const uint8_t *piece, const block_q8_0 *const *x,
                                                              const x8_act_prep *const *p, float *y, int64_t ldy,
                                                              const float *carry_in, float *carry_out) {
-    if (type == PKV_TYPE_Q6_K) {
-        switch (na) {
-        case 1: x86_group_tile(1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 2: x86_group_tile(2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 3: x86_group_tile(3, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 4: x86_group_tile(4, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 5: x86_group_tile(5, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 6: x86_group_tile(6, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 7: x86_group_tile(7, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        default: x86_group_tile(8, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        }
-        return;
-    }
-    if (type == PKV_TYPE_Q4_K) {
-        switch (na) {
-        case 1: x8k_group_tile(1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 2: x8k_group_tile(2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 3: x8k_group_tile(3, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 4: x8k_group_tile(4, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 5: x8k_group_tile(5, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 6: x8k_group_tile(6, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        case 7: x8k_group_tile(7, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        default: x8k_group_tile(8, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
-        }
-        return;
-    }
     switch (na) {
     case 1: x8_group_tile(type, 1, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
     case 2: x8_group_tile(type, 2, nb, piece, x, p, y, ldy, carry_in, carry_out); break;
@@ -499,28 +435,19 @@ static inline void x8_stage_kquant(uint32_t type, const pkv_x8_group *grp, int64
     }
 }
 
-/* The exported kernels of a level (levels.h). */
+/* The exported kernels of a level (levels.h): the decode kernel of each
+ * type (its quants' offset), the stagings for the batched matmul. */
+#define X8_MATVEC(T, TYPE, OFFSET, LEVEL)                                                                            \
+    void pkv_matvec_x8_##T##_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,  \
+                                     int n_act, float *y, int64_t ldy) {                                            \
+        x8_matvec(TYPE, OFFSET, k, w, n_rows, act, act_stride, n_act, y, ldy);                                      \
+    }
 #define X8_KERNELS(LEVEL)                                                                                            \
-    void pkv_matvec_x8_q4_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                    int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q4_0, 8, k, w, n_rows, act, act_stride, n_act, y, ldy);                                   \
-    }                                                                                                                \
-    void pkv_matvec_x8_q5_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                    int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q5_0, 16, k, w, n_rows, act, act_stride, n_act, y, ldy);                                  \
-    }                                                                                                                \
-    void pkv_matvec_x8_q8_0_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                    int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q8_0, 128, k, w, n_rows, act, act_stride, n_act, y, ldy);                                 \
-    }                                                                                                                \
-    void pkv_matvec_x8_q4_K_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                    int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q4_K, 0, k, w, n_rows, act, act_stride, n_act, y, ldy);                                   \
-    }                                                                                                                \
-    void pkv_matvec_x8_q6_K_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                    int n_act, float *y, int64_t ldy) {                                             \
-        x8_matvec(PKV_TYPE_Q6_K, 32, k, w, n_rows, act, act_stride, n_act, y, ldy);                                  \
-    }                                                                                                                \
+    X8_MATVEC(q4_0, PKV_TYPE_Q4_0, 8, LEVEL)                                                                         \
+    X8_MATVEC(q5_0, PKV_TYPE_Q5_0, 16, LEVEL)                                                                        \
+    X8_MATVEC(q8_0, PKV_TYPE_Q8_0, 128, LEVEL)                                                                       \
+    X8_MATVEC(q4_K, PKV_TYPE_Q4_K, 0, LEVEL)                                                                         \
+    X8_MATVEC(q6_K, PKV_TYPE_Q6_K, 32, LEVEL)                                                                        \
     void pkv_x8_stage_##LEVEL(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,          \
                               size_t u_stride, float *dw, size_t dw_stride) {                                        \
         x8_stage(type, grp, b0, nb, u, u_stride, dw, dw_stride);                                                     \
