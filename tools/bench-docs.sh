@@ -219,14 +219,14 @@ streams() {
         -r "$REPS" -t "$THREADS" --presses none,snapkv:budget=128 --csv "$OUT/$step.csv"
 }
 step_qwen05-streams() {
-    [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
+    need_q05
     streams qwen05-streams "$Q05"
 }
 step_llama1b-streams() { need_1b; streams llama1b-streams "$L1B"; }
 
 # the server against llama-server on the same GGUF and threads, in one run
 step_qwen05-serve() {
-    [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
+    need_q05
     run qwen05-serve python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$Q05" --threads "$THREADS" \
         --streams 1,2,4,8 --tokens 64 --prompt-tokens 256 --arrival ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} \
         ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} \
@@ -246,7 +246,7 @@ step_llama1b-serve() {
 # most of each prompt is pressed away; llama-server keeps its full cache
 SERVE_SNAPKV='{"press": "snapkv", "budget": 128}'
 step_qwen05-serve-snapkv() {
-    [ -r "$Q05" ] || { echo "bench-docs: $Q05 missing (make model)" >&2; exit 1; }
+    need_q05
     run qwen05-serve-snapkv python3 tools/serve-bench.py --promptkv "$PROMPTKV" --model "$Q05" --threads "$THREADS" \
         --streams 1,2,4,8 --tokens 64 --prompt-tokens 512 --press "$SERVE_SNAPKV" \
         ${LLAMA_SERVER:+--llama-server "$LLAMA_SERVER"} ${LLAMA_SERVER_ARGS:+"--llama-args=$LLAMA_SERVER_ARGS"} \

@@ -255,7 +255,6 @@ static bool take_item(_Atomic uint64_t *range, bool front, int64_t *item) {
 
 typedef struct {
     pkv_pool *pool;
-    int64_t n_items;
     pkv_item_fn fn;
     void *arg;
 } in_order_job;
@@ -280,7 +279,7 @@ void pkv_pool_for_in_order(pkv_pool *pool, int64_t n_items, pkv_item_fn fn, void
         pkv_split(n_items, p, nth, 1, &b, &e);
         atomic_store(&pool->ranges[p], (uint64_t)b << 32 | (uint64_t)e);
     }
-    in_order_job j = {pool, n_items, fn, arg};
+    in_order_job j = {pool, fn, arg};
     run_batch(pool, 0, nth, in_order_part, &j);
 }
 

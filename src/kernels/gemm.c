@@ -207,17 +207,6 @@ typedef struct {
     float d, dmin;
 } kq_block;
 
-/* 6-bit scales and mins (docs/engine.md §2.2). */
-static void k_scale_min(const uint8_t *s, int j, int32_t *sc, int32_t *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 static void unpack_kquant(uint32_t type, const void *row, int64_t b, kq_block *o) {
     if (type == PKV_TYPE_Q6_K) {
         const block_q6_K *x = (const block_q6_K *)row + b;
@@ -252,7 +241,9 @@ static void unpack_kquant(uint32_t type, const void *row, int64_t b, kq_block *o
             o->u[64 * k + l] = (uint8_t)lo;
             o->u[64 * k + 32 + l] = (uint8_t)hi;
         }
-    for (int j = 0; j < 8; j++) k_scale_min(scales, j, &o->sc[j], &o->m[j]);
+    uint8_t sc[8], m[8];
+    pkv_k_scales_unpack(scales, sc, m);
+    for (int j = 0; j < 8; j++) o->sc[j] = sc[j], o->m[j] = m[j];
 }
 
 static void gemm_kquant(const pkv_gemm_args *a, uint32_t type) {

@@ -21,8 +21,7 @@
  */
 
 enum {
-    ROW_CHUNK_MIN = PKV_X8_RUN_ROWS, /* rows per work item on the vec_dot path, at least (whole runs) */
-    ITEMS_PER_THREAD = 8,      /* ... and about this many items per thread */
+    ITEMS_PER_THREAD = 8,      /* work items per thread on the vec_dot path, about (each whole runs of rows) */
     GEMM_MIN_TOK = 4,          /* the batched path from this many tokens on */
     PANEL_BYTES = 768 << 10,   /* packed activations one tile reads (kept in L2) */
     MAX_PANEL_GROUPS = 16,
@@ -178,7 +177,7 @@ static void run_dot_path(const pkv_compute *c, matmul_job *j) {
     for (int i = 0; i < j->n_w; i++) {
         const int64_t M = j->w[i]->ne[1];
         int64_t rc = (M + nth * ITEMS_PER_THREAD - 1) / (nth * ITEMS_PER_THREAD);
-        rc = rc < ROW_CHUNK_MIN ? ROW_CHUNK_MIN : (rc + PKV_X8_RUN_ROWS - 1) / PKV_X8_RUN_ROWS * PKV_X8_RUN_ROWS;
+        rc = (rc + PKV_X8_RUN_ROWS - 1) / PKV_X8_RUN_ROWS * PKV_X8_RUN_ROWS; /* whole runs (kernels/repack.h) */
         j->row_chunk[i] = rc;
         j->item0[i + 1] = j->item0[i] + (M + rc - 1) / rc;
     }

@@ -86,18 +86,6 @@ static inline int32_t round_half_even(float v) {
     return (int32_t)(bits & 0x7fffff) - 0x400000;
 }
 
-/* 6-bit scales and mins of Q4_K/Q5_K sub-blocks (docs/engine.md §2.2). */
-static void unpack_k_scales(const uint8_t s[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        m[j] = s[j + 4] & 63;
-    }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        m[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
 static inline uint32_t load_u32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, sizeof v);
@@ -191,7 +179,7 @@ void pkv_dequant_q4_K_scalar(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = pkv_f16_to_f32(b[i].d), dmin = pkv_f16_to_f32(b[i].dmin);
         uint8_t sc[8], m[8];
-        unpack_k_scales(b[i].scales, sc, m);
+        pkv_k_scales_unpack(b[i].scales, sc, m);
         /* sub-blocks 2k (low nibbles) and 2k+1 (high nibbles) share qs[32k..32k+31] */
         for (int k = 0; k < 4; k++, dst += 64) {
             const uint8_t *q = b[i].qs + 32 * k;
@@ -210,7 +198,7 @@ void pkv_dequant_q5_K_scalar(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float d = pkv_f16_to_f32(b[i].d), dmin = pkv_f16_to_f32(b[i].dmin);
         uint8_t sc[8], m[8];
-        unpack_k_scales(b[i].scales, sc, m);
+        pkv_k_scales_unpack(b[i].scales, sc, m);
         for (int k = 0; k < 4; k++, dst += 64) {
             const uint8_t *q = b[i].qs + 32 * k;
             const int lo_bit = 2 * k, hi_bit = 2 * k + 1; /* bit of qh[l] = sub-block index */
@@ -459,7 +447,7 @@ float pkv_vec_dot_q4_K_scalar(int64_t n, const void *weight_row, const void *act
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        unpack_k_scales(x[i].scales, sc, m);
+        pkv_k_scales_unpack(x[i].scales, sc, m);
         int32_t sumi = 0;
         for (int k = 0; k < 4; k++) {
             const uint8_t *q = x[i].qs + 32 * k;
@@ -484,7 +472,7 @@ float pkv_vec_dot_q5_K_scalar(int64_t n, const void *weight_row, const void *act
     float sum = 0.0f;
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint8_t sc[8], m[8];
-        unpack_k_scales(x[i].scales, sc, m);
+        pkv_k_scales_unpack(x[i].scales, sc, m);
         int32_t sumi = 0;
         for (int k = 0; k < 4; k++) {
             const uint8_t *q = x[i].qs + 32 * k;
@@ -596,14 +584,6 @@ static void pack_fifth_bits(const uint8_t q[32], uint8_t qh[4]) {
     memcpy(qh, &bits, sizeof bits);
 }
 
-static void pack_k_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t s[K_SCALE_SIZE]) {
-    for (int j = 0; j < 4; j++) {
-        s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-        s[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
-    }
-}
-
 /* Q4_K/Q5_K super-block: each 32-element sub-block j covers [lo_j, hi_j]
  * (lo_j <= 0) as x = step_j*q - offset_j. d = (largest range/qmax)/63 and
  * dmin = (largest -lo)/63 are stored first; then each 6-bit min is rounded
@@ -637,7 +617,7 @@ static void quantize_k_affine(const float *x, int bits, uint16_t *d_out, uint16_
             q[32 * j + l] =
                 (uint8_t)(step > 0.0f ? round_clamp((x[32 * j + l] + offset) / step, 0, qmax) : 0);
     }
-    pack_k_scales(sc, m, scales);
+    pkv_k_scales_pack(sc, m, scales);
 }
 
 static void quantize_row_q4_K_ref(const float *x, block_q4_K *y, int64_t n) {

@@ -105,27 +105,6 @@ static void repack_q8_0_block(const uint8_t *rows, uint64_t row_bytes, int64_t b
     }
 }
 
-/* 6-bit scale and min of sub-block j from a GGUF Q4_K block's 12 bytes
- * (docs/engine.md §2.2). */
-static void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
-/* ... and back: the 12 bytes of 8 scales and 8 mins. */
-static void q4_k_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t s[K_SCALE_SIZE]) {
-    for (int j = 0; j < 4; j++) {
-        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-        s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
-        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
-    }
-}
-
 /* One interleaved Q4_K block from the 8 rows' GGUF super-blocks. */
 static void put_x8_q4_k(const block_q4_K *const x[ROWS], uint8_t *dst) {
     for (int r = 0; r < ROWS; r++) {
@@ -133,13 +112,14 @@ static void put_x8_q4_k(const block_q4_K *const x[ROWS], uint8_t *dst) {
         memcpy(dst + X8K_DMIN + 2 * r, &x[r]->dmin, 2);
     }
     memset(dst + X8K_SMH, 0, 4 * ROWS);
-    for (int r = 0; r < ROWS; r++)
+    for (int r = 0; r < ROWS; r++) {
+        uint8_t sc[8], m[8];
+        pkv_k_scales_unpack(x[r]->scales, sc, m);
         for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            q4_k_scale_min(x[r]->scales, j, &sc, &m);
-            dst[X8K_SM + 8 * j + r] = (uint8_t)((sc & 15) | (m & 15) << 4);
-            dst[X8K_SMH + 8 * (j & 3) + r] |= (uint8_t)(((sc >> 4) | (m >> 4) << 2) << (4 * (j >> 2)));
+            dst[X8K_SM + 8 * j + r] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
+            dst[X8K_SMH + 8 * (j & 3) + r] |= (uint8_t)(((sc[j] >> 4) | (m[j] >> 4) << 2) << (4 * (j >> 2)));
         }
+    }
     /* GGUF: byte 32p+l holds element 64p+l (low nibble) and 64p+32+l (high) */
     for (int p = 0; p < 4; p++)
         for (int c = 0; c < 8; c++)
@@ -156,7 +136,7 @@ static void get_x8_q4_k(const uint8_t *blk, int lane, block_q4_K *x) {
         sc[j] = (uint8_t)((lo & 15) | (hi & 3) << 4);
         m[j] = (uint8_t)((lo >> 4) | ((hi >> 2) & 3) << 4);
     }
-    q4_k_pack_scales(sc, m, x->scales);
+    pkv_k_scales_pack(sc, m, x->scales);
     for (int p = 0; p < 4; p++)
         for (int c = 0; c < 8; c++) memcpy(x->qs + 32 * p + 4 * c, blk + X8K_QS + 256 * p + 32 * c + 4 * lane, 4);
 }
@@ -361,10 +341,10 @@ static void q4_k_block_ref(const uint8_t *blk, int lane, const block_q8_0 *x, fl
     block_q4_K wb;
     get_x8_q4_k(blk, lane, &wb);
     const float d = pkv_f16_to_f32(wb.d), dmin = pkv_f16_to_f32(wb.dmin);
+    uint8_t scs[8], mns[8];
+    pkv_k_scales_unpack(wb.scales, scs, mns);
     for (int j = 0; j < 8; j++) {
-        const uint8_t *q = wb.qs + 32 * (j / 2);
-        uint8_t sc, mn;
-        q4_k_scale_min(wb.scales, j, &sc, &mn);
+        const uint8_t *q = wb.qs + 32 * (j / 2), sc = scs[j], mn = mns[j];
         int32_t s = 0, sum_x = 0;
         for (int e = 0; e < QK; e++) {
             const int u = j % 2 ? q[e] >> 4 : q[e] & 15;

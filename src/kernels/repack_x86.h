@@ -82,23 +82,25 @@ typedef struct {
     int32_t corr_hi;  /* Q6_K: -32 x the sum of the last 16 quants */
 } x8_act_prep;
 
+static inline int32_t hsum_epi32_128(__m128i h) {
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    return _mm_cvtsi128_si32(h);
+}
+
 static void x8_prepare(const uint32_t type, const block_q8_0 *x, int64_t nb, int offset, x8_act_prep *p) {
     for (int64_t b = 0; b < nb; b++) {
+        /* the quants' sums by 4: elements 0..15 in the low 128 bits, 16..31 in the high */
         const __m256i s = dot_u8_i8(_mm256_set1_epi8(1), load256(x[b].qs));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+        const __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
         p[b].d = half(x[b].d);
-        if (type == PKV_TYPE_Q4_K) p[b].nsum = -(p[b].d * (float)_mm_cvtsi128_si32(h));
-        else p[b].corr = -offset * _mm_cvtsi128_si32(h);
-        if (type == PKV_TYPE_Q6_K) { /* the halves' sums: the low and high 128-bit lanes of s */
-            __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
-            lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4E));
-            hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0x4E));
-            lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xB1));
-            hi = _mm_add_epi32(hi, _mm_shuffle_epi32(hi, 0xB1));
-            p[b].corr = -32 * _mm_cvtsi128_si32(lo);
-            p[b].corr_hi = -32 * _mm_cvtsi128_si32(hi);
+        if (type == PKV_TYPE_Q6_K) { /* the halves' sums apart */
+            p[b].corr = -offset * hsum_epi32_128(lo);
+            p[b].corr_hi = -offset * hsum_epi32_128(hi);
+        } else if (type == PKV_TYPE_Q4_K) {
+            p[b].nsum = -(p[b].d * (float)hsum_epi32_128(_mm_add_epi32(lo, hi)));
+        } else {
+            p[b].corr = -offset * hsum_epi32_128(_mm_add_epi32(lo, hi));
         }
     }
 }
@@ -110,19 +112,15 @@ static inline __attribute__((always_inline)) __m256 x8_block_step(const uint32_t
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(p[b].d)), acc);
 }
 
-/* Q4_K: sub-block j's 8 scales and 8 mins as floats, d sc_j and dmin m_j
- * (repack.h: low 4 bits in sm, top 2 in smh). */
-static inline __attribute__((always_inline)) void x8k_scales(const uint8_t *blk, int j, __m256 d, __m256 dmin,
-                                                             __m256 *dsc, __m256 *dmn) {
+/* Q4_K: sub-block j's 8 scales and 8 mins, one per 32-bit lane (repack.h:
+ * low 4 bits in sm, top 2 in smh). */
+static inline __attribute__((always_inline)) void x8k_scales_mins(const uint8_t *blk, int j, __m256i *sc, __m256i *m) {
     const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 4 * X8_ROWS + 8 * j)));
     const __m256i hi = _mm256_srli_epi32(
         _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 12 * X8_ROWS + 8 * (j & 3)))), 4 * (j >> 2));
     const __m256i three = _mm256_set1_epi32(3), fifteen = _mm256_set1_epi32(15);
-    const __m256i sc = _mm256_or_si256(_mm256_and_si256(lo, fifteen), _mm256_slli_epi32(_mm256_and_si256(hi, three), 4));
-    const __m256i m = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
-                                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), three), 4));
-    *dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-    *dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+    *sc = _mm256_or_si256(_mm256_and_si256(lo, fifteen), _mm256_slli_epi32(_mm256_and_si256(hi, three), 4));
+    *m = _mm256_or_si256(_mm256_srli_epi32(lo, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), three), 4));
 }
 
 /* Q6_K: the 8 quant vectors of 32-element block j of an interleaved
@@ -157,8 +155,9 @@ static inline __attribute__((always_inline)) void x8k_q4_k_step(const int na, co
         const __m256i v = load256(blk + 16 * X8_ROWS + 256 * (j >> 1) + 32 * c);
         q[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
     }
-    __m256 dsc, dmn;
-    x8k_scales(blk, j, d, dmin, &dsc, &dmn);
+    __m256i sc, m;
+    x8k_scales_mins(blk, j, &sc, &m);
+    const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++) {
         const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x[a][sb].qs, 0);
@@ -195,6 +194,54 @@ static inline __attribute__((always_inline)) void x8_prefetch(const uint8_t *blk
     for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
 }
 
+/* The K-quants' super-blocks of a span into the accumulators, 8 steps each. */
+static inline __attribute__((always_inline)) void x8k_span(const uint32_t type, const int na, int64_t nb,
+                                                           const uint8_t *group, const block_q8_0 *const *x,
+                                                           const x8_act_prep *const *p, bool prefetch,
+                                                           __m256 acc[][2]) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = group + (uint64_t)b * bb;
+        if (prefetch) x8_prefetch(blk, bb);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        if (type == PKV_TYPE_Q4_K) {
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
+            for (int j = 0; j < 8; j++) x8k_q4_k_step(na, blk, j, d, dmin, x, p, 8 * b + j, acc);
+        } else {
+            for (int j = 0; j < 8; j++) x8k_q6_k_step(na, blk, j, d, x, p, 8 * b + j, acc);
+        }
+    }
+}
+
+/* The legacy blocks of a span into the even and odd blocks' accumulators. */
+static inline __attribute__((always_inline)) void x8_legacy_span(const uint32_t type, const int na, int64_t nb,
+                                                                 const uint8_t *group, const block_q8_0 *const *x,
+                                                                 const x8_act_prep *const *p, bool prefetch,
+                                                                 __m256 acc[][2]) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *blk = group + (uint64_t)(b + h) * bb;
+            if (prefetch) x8_prefetch(blk, bb);
+            __m256i q[8];
+            x8_quants(type, blk, q);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+#pragma GCC unroll 8
+            for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
+        }
+    }
+    if (b < nb) {
+        const uint8_t *blk = group + (uint64_t)b * bb;
+        __m256i q[8];
+        x8_quants(type, blk, q);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+#pragma GCC unroll 8
+        for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
+    }
+}
+
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
  * copy) activation rows over a span of nb blocks (K-quants: super-blocks);
  * results to y[a * ldy + 0..7]. Legacy blocks go to the even or odd
@@ -208,7 +255,6 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
                                                                 const uint8_t *group, const block_q8_0 *const *x,
                                                                 const x8_act_prep *const *p, float *y, int64_t ldy,
                                                                 const float *carry_in, float *carry_out) {
-    const uint64_t bb = pkv_x8_block_bytes(type);
     /* a span of a row cut into spans (it carries accumulators in or out) */
     const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
     __m256 acc[X8_ACT_TILE][2];
@@ -216,39 +262,8 @@ static inline __attribute__((always_inline)) void x8_group_tile(const uint32_t t
     for (int a = 0; a < na; a++)
         for (int h = 0; h < 2; h++)
             acc[a][h] = carry_in ? _mm256_loadu_ps(carry_in + (2 * a + h) * X8_ROWS) : _mm256_setzero_ps();
-    if (pkv_x8_block_cols(type) == QK_K) /* K-quant super-blocks: 8 steps each */
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = group + (uint64_t)b * bb;
-            if (prefetch) x8_prefetch(blk, bb);
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-            if (type == PKV_TYPE_Q4_K) {
-                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
-                for (int j = 0; j < 8; j++) x8k_q4_k_step(na, blk, j, d, dmin, x, p, 8 * b + j, acc);
-            } else {
-                for (int j = 0; j < 8; j++) x8k_q6_k_step(na, blk, j, d, x, p, 8 * b + j, acc);
-            }
-        }
-    int64_t b = 0;
-    for (; pkv_x8_block_cols(type) == 32 && b + 2 <= nb; b += 2) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *blk = group + (uint64_t)(b + h) * bb;
-            if (prefetch) x8_prefetch(blk, bb);
-            __m256i q[8];
-            x8_quants(type, blk, q);
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-#pragma GCC unroll 8
-            for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
-        }
-    }
-    if (pkv_x8_block_cols(type) == 32 && b < nb) {
-        const uint8_t *blk = group + (uint64_t)b * bb;
-        __m256i q[8];
-        x8_quants(type, blk, q);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-#pragma GCC unroll 8
-        for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
-    }
+    if (pkv_x8_block_cols(type) == QK_K) x8k_span(type, na, nb, group, x, p, prefetch, acc);
+    else x8_legacy_span(type, na, nb, group, x, p, prefetch, acc);
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++) {
         if (carry_out) {
@@ -390,14 +405,7 @@ static inline void x8_stage_kquant(uint32_t type, const pkv_x8_group *grp, int64
             }
             __m256i sc[8], m[8];
             for (int j = 0; j < 8; j++) {
-                const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 4 * X8_ROWS + 8 * j)));
-                const __m256i hi = _mm256_srli_epi32(
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 12 * X8_ROWS + 8 * (j & 3)))),
-                    4 * (j >> 2));
-                const __m256i three = _mm256_set1_epi32(3), fifteen = _mm256_set1_epi32(15);
-                sc[j] = _mm256_or_si256(_mm256_and_si256(lo, fifteen), _mm256_slli_epi32(_mm256_and_si256(hi, three), 4));
-                m[j] = _mm256_or_si256(_mm256_srli_epi32(lo, 4),
-                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hi, 2), three), 4));
+                x8k_scales_mins(blk, j, &sc[j], &m[j]);
                 if (pair_scales) sc[j] = _mm256_or_si256(sc[j], _mm256_slli_epi32(sc[j], 16));
                 m[j] = _mm256_or_si256(m[j], _mm256_slli_epi32(m[j], 16));
             }

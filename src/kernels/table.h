@@ -96,6 +96,27 @@ typedef struct {
     uint8_t qh[QK_K / 8];
     uint8_t qs[QK_K / 2];
 } block_q5_K;
+/* The 12 bytes of Q4_K/Q5_K sub-block scales and mins, 6 bits each
+ * (docs/engine.md §2.2): sub-blocks 0..3 in the low 6 bits of bytes 0..3
+ * (scales) and 4..7 (mins); sub-blocks 4..7 in the nibbles of bytes 8..11
+ * with their top 2 bits in the top bits of bytes 0..7. */
+static inline void pkv_k_scales_unpack(const uint8_t s[K_SCALE_SIZE], uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        m[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+static inline void pkv_k_scales_pack(const uint8_t sc[8], const uint8_t m[8], uint8_t s[K_SCALE_SIZE]) {
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+    }
+}
 typedef struct {
     uint8_t ql[QK_K / 2];
     uint8_t qh[QK_K / 4];
