@@ -448,8 +448,9 @@ size_t pkv_attention_scratch_floats(const pkv_kvcache *cache, int layer, int n_h
     return rows_path > tiled ? rows_path : tiled;
 }
 
-void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
-                   const float *q, const int32_t *q_pos, int n_tok, float *out, float *scratch) {
+/* The geometry of one call's tiles (everything but the buffers). */
+static tile_job job_of(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
+                       const float *q, const int32_t *q_pos, int n_tok, float *out) {
     const pkv_kv_layer *L = &cache->layers[layer];
     tile_job j = {
         .kern = c->kern,
@@ -461,7 +462,6 @@ void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, co
         .n_tok = n_tok,
         .out = out,
         .group = p->n_head / L->n_heads,
-        .scratch = scratch,
         .per_thread = per_thread_floats(L->head_dim_k, L->head_dim_v),
     };
     j.slice = j.group < TILE_Q ? j.group : TILE_Q;
@@ -470,12 +470,92 @@ void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, co
     j.n_tiles = (n_tok + j.tile_tok - 1) / j.tile_tok;
     j.n_chunks = n_tok <= DECODE_MAX_TOK ? MAX_CHUNKS : 1;
     j.tile_rows = (n_tok < j.tile_tok ? n_tok : j.tile_tok) * j.slice;
+    return j;
+}
+
+static int64_t base_units(const tile_job *j) { return (int64_t)j->L->n_heads * j->n_tiles * j->n_slices; }
+
+void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
+                   const float *q, const int32_t *q_pos, int n_tok, float *out, float *scratch) {
+    const pkv_kv_layer *L = &cache->layers[layer];
+    tile_job j = job_of(c, cache, layer, p, q, q_pos, n_tok, out);
+    j.scratch = scratch;
     j.partials = scratch + (size_t)pkv_pool_size(c->pool) * j.per_thread;
-    const int64_t n_base = (int64_t)L->n_heads * j.n_tiles * j.n_slices;
+    const int64_t n_base = base_units(&j);
     pkv_pool_for(c->pool, n_base * j.n_chunks, tile_item, &j);
     if (j.n_chunks > 1 && needs_merge(&j, n_base)) pkv_pool_for(c->pool, n_base, merge_item, &j);
     if (p->acc_probs) {
         probs_job pj = {c->kern, cache, L, p, q, q_pos, n_tok, scratch, probs_floats(L)};
         pkv_pool_run(c->pool, probs_task, &pj);
+    }
+}
+
+/* ---------------------------------------------------------------- several sequences, one token each */
+
+/* Sequences of one pass of the pool in pkv_attention_batch. */
+enum { BATCH_PASS = 16 };
+
+/* The units of every sequence of a pass, one after another: unit u belongs
+ * to the sequence i with first[i] <= u < first[i + 1]. */
+typedef struct {
+    tile_job jobs[BATCH_PASS];
+    int64_t first[BATCH_PASS + 1];
+    int n;
+    bool merge; /* first[] counts base units (the merge pass), else units */
+} batch_job;
+
+static void batch_item(void *arg, int64_t unit, int ith) {
+    const batch_job *b = arg;
+    int i = 0;
+    while (unit >= b->first[i + 1]) i++;
+    if (b->merge) merge_item((void *)&b->jobs[i], unit - b->first[i], ith);
+    else tile_item((void *)&b->jobs[i], unit - b->first[i], ith);
+}
+
+/* The largest per-thread scratch and partials of n one-token calls on layer
+ * `layer`: every pass of pkv_attention_batch lays them out with these strides. */
+static void batch_strides(const pkv_compute *c, const pkv_kvcache *const *caches, int n, int layer,
+                          const pkv_attn_params *p, size_t *per_thread, size_t *partials) {
+    *per_thread = 0, *partials = 0;
+    for (int i = 0; i < n; i++) {
+        const tile_job j = job_of(c, caches[i], layer, p, NULL, NULL, 1, NULL);
+        const size_t f = (size_t)base_units(&j) * MAX_CHUNKS * (size_t)j.tile_rows * ((size_t)j.L->head_dim_v + 2);
+        if (j.per_thread > *per_thread) *per_thread = j.per_thread;
+        if (f > *partials) *partials = f;
+    }
+}
+
+size_t pkv_attention_batch_scratch_floats(const pkv_kvcache *const *caches, int n, int layer, int n_head, int n_threads) {
+    const pkv_attn_params p = {.n_head = n_head};
+    const pkv_compute c = {0};
+    size_t per_thread, partials;
+    batch_strides(&c, caches, n, layer, &p, &per_thread, &partials);
+    return (size_t)n_threads * per_thread + (size_t)(n < BATCH_PASS ? n : BATCH_PASS) * partials;
+}
+
+void pkv_attention_batch(const pkv_compute *c, const pkv_kvcache *const *caches, int n, int layer,
+                         const pkv_attn_params *p, const float *q, const int32_t *q_pos, float *out, float *scratch) {
+    const pkv_kv_layer *L0 = &caches[0]->layers[layer];
+    const size_t q_row = (size_t)p->n_head * L0->head_dim_k, out_row = (size_t)p->n_head * L0->head_dim_v;
+    size_t per_thread, partials;
+    batch_strides(c, caches, n, layer, p, &per_thread, &partials);
+    for (int i0 = 0; i0 < n; i0 += BATCH_PASS) {
+        batch_job b = {.n = n - i0 < BATCH_PASS ? n - i0 : BATCH_PASS};
+        bool merge = false;
+        for (int i = 0; i < b.n; i++) {
+            tile_job *j = &b.jobs[i];
+            const int s = i0 + i;
+            *j = job_of(c, caches[s], layer, p, q + (size_t)s * q_row, &q_pos[s], 1, out + (size_t)s * out_row);
+            j->scratch = scratch;
+            j->per_thread = per_thread;
+            j->partials = scratch + (size_t)pkv_pool_size(c->pool) * per_thread + (size_t)i * partials;
+            b.first[i + 1] = b.first[i] + base_units(j) * j->n_chunks;
+            merge = merge || needs_merge(j, base_units(j));
+        }
+        pkv_pool_for(c->pool, b.first[b.n], batch_item, &b);
+        if (!merge) continue;
+        b.merge = true;
+        for (int i = 0; i < b.n; i++) b.first[i + 1] = b.first[i] + base_units(&b.jobs[i]);
+        pkv_pool_for(c->pool, b.first[b.n], batch_item, &b);
     }
 }

@@ -39,4 +39,13 @@ size_t pkv_attention_scratch_floats(const pkv_kvcache *cache, int layer, int n_h
 void pkv_attention(const pkv_compute *c, const pkv_kvcache *cache, int layer, const pkv_attn_params *p,
                    const float *q, const int32_t *q_pos, int n_tok, float *out, float *scratch);
 
+/* Decode attention of n sequences at once, one query token each (a batched
+ * step): sequence i's query rows q + i * n_head * head_dim_k at q_pos[i]
+ * over caches[i]'s layer, its output at out + i * n_head * head_dim_v. All
+ * sequences' work goes to the threads together; each output has the bits
+ * pkv_attention gives that sequence alone. p->acc_probs must be NULL. */
+size_t pkv_attention_batch_scratch_floats(const pkv_kvcache *const *caches, int n, int layer, int n_head, int n_threads);
+void pkv_attention_batch(const pkv_compute *c, const pkv_kvcache *const *caches, int n, int layer,
+                         const pkv_attn_params *p, const float *q, const int32_t *q_pos, float *out, float *scratch);
+
 #endif

@@ -30,6 +30,7 @@ struct pkv_batch {
     pkv_work work;       /* the step's rows: one per session */
     float *hidden;       /* [cap][n_embd] the residual stream of the step */
     float *logits;       /* [cap][n_vocab] */
+    const pkv_kvcache **caches; /* [cap] the step's sessions' caches */
     int cap;
 };
 
@@ -55,6 +56,7 @@ void pkv_batch_free(pkv_batch *b) {
     pkv_work_free(&b->work);
     free(b->hidden);
     free(b->logits);
+    free(b->caches);
     pkv_pool_free(b->pool);
     free(b);
 }
@@ -64,19 +66,16 @@ static int reserve(pkv_batch *b, int n, pkv_error *err) {
     if (pkv_work_reserve(b->model, b->pool, &b->work, n, err)) return -1;
     if (n <= b->cap) return 0;
     if (pkv_work_grow((void **)&b->hidden, (size_t)n * hp->n_embd * sizeof(float), err) ||
-        pkv_work_grow((void **)&b->logits, (size_t)n * hp->n_vocab * sizeof(float), err))
+        pkv_work_grow((void **)&b->logits, (size_t)n * hp->n_vocab * sizeof(float), err) ||
+        pkv_work_grow((void **)&b->caches, (size_t)n * sizeof *b->caches, err))
         return -1;
     b->cap = n;
     return 0;
 }
 
-/* The attention scratch for the largest of the sessions' layer il. */
-static int attn_scratch(pkv_batch *b, pkv_session *const *ss, int n, int il, pkv_error *err) {
-    size_t need = 0;
-    for (int i = 0; i < n; i++) {
-        size_t f = pkv_attention_scratch_floats(&ss[i]->cache, il, b->model->hp.n_head, pkv_pool_size(b->pool));
-        if (f > need) need = f;
-    }
+/* The attention scratch of the step's layer il. */
+static int attn_scratch(pkv_batch *b, int n, int il, pkv_error *err) {
+    size_t need = pkv_attention_batch_scratch_floats(b->caches, n, il, b->model->hp.n_head, pkv_pool_size(b->pool));
     return pkv_work_attn_scratch(&b->work, need, err);
 }
 
@@ -99,8 +98,7 @@ static int step_layer(pkv_batch *b, pkv_session *const *ss, int n, int il, pkv_e
     pkv_work *w = &b->work;
     pkv_layer_ctx c = {b->model, &b->comp, w};
     pkv_layer_qkv(&c, il, b->hidden, w->pos, n, NULL);
-    size_t q_row = (size_t)hp->n_head * hp->head_dim_k, kv_row = (size_t)hp->n_head_kv * hp->head_dim_k,
-           v_row = (size_t)hp->n_head_kv * hp->head_dim_v, att_row = (size_t)hp->n_head * hp->head_dim_v;
+    size_t kv_row = (size_t)hp->n_head_kv * hp->head_dim_k, v_row = (size_t)hp->n_head_kv * hp->head_dim_v;
     for (int i = 0; i < n; i++) {
         pkv_session *s = ss[i];
         pkv_layer_rope(&c, il, i, &w->pos[i], 1, &s->work);
@@ -108,11 +106,9 @@ static int step_layer(pkv_batch *b, pkv_session *const *ss, int n, int il, pkv_e
         pkv_kvcache_append(&s->cache, b->comp.kern, il, w->k + i * kv_row, w->v + i * v_row, &w->pos[i], 1);
         if (pkv_check_mem_cap(s, il, err)) return -1;
     }
-    if (attn_scratch(b, ss, n, il, err)) return -1;
+    if (attn_scratch(b, n, il, err)) return -1;
     pkv_attn_params ap = {.n_head = hp->n_head, .scale = hp->attn_scale, .softcap = hp->attn_logit_softcap};
-    for (int i = 0; i < n; i++)
-        pkv_attention(&b->comp, &ss[i]->cache, il, &ap, w->q + i * q_row, &w->pos[i], 1, w->att + i * att_row,
-                      w->attn_scratch);
+    pkv_attention_batch(&b->comp, b->caches, n, il, &ap, w->q, w->pos, w->att, w->attn_scratch);
     pkv_layer_attn_out(&c, il, b->hidden, n);
     pkv_layer_ffn(&c, il, b->hidden, n);
     /* sliding-window layers keep only what the next step can see */
@@ -136,6 +132,7 @@ int pkv_batch_decode(pkv_batch *b, pkv_session *const *sessions, const int32_t *
     for (int i = 0; i < n; i++) {
         if (pkv_session_take_token(sessions[i], tokens[i], err)) return -1;
         b->work.pos[i] = sessions[i]->n_pos;
+        b->caches[i] = &sessions[i]->cache;
     }
     pkv_layer_ctx c = {b->model, &b->comp, &b->work};
     pkv_embed_rows(&c, tokens, n, b->hidden);

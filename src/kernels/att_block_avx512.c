@@ -70,13 +70,13 @@ static inline __attribute__((always_inline)) __m512 value_lanes(const float *vt,
     return _mm512_maskz_loadu_ps(mk, vt + (size_t)j * dv + e);
 }
 
-/* o[a][e0 .. e0 + 16c) of R rows: scaled by alpha, then the 16 keys' values
- * in order; lanes past dv masked off (tail). */
+/* o[a][e0 .. e0 + 16C) of R rows (R x C <= 16 accumulators): scaled by
+ * alpha, then the 16 keys' values in order; lanes past dv masked off (tail). */
 static inline __attribute__((always_inline)) void accum_cols(const int R, const int C, __mmask16 tail, int dv, int e0,
                                                              const float *p, const float *alpha, const float *vt,
                                                              const uint16_t *vh, float *o) {
-    __m512 x[4][4];
-#pragma GCC unroll 4
+    __m512 x[8][4];
+#pragma GCC unroll 8
     for (int a = 0; a < R; a++) {
         const __m512 al = _mm512_set1_ps(alpha[a]);
 #pragma GCC unroll 4
@@ -91,28 +91,28 @@ static inline __attribute__((always_inline)) void accum_cols(const int R, const 
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
             v[c] = value_lanes(vt, vh, dv, j, e0 + 16 * c, c == C - 1 ? tail : (__mmask16)0xFFFF);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int a = 0; a < R; a++) {
             const __m512 pa = _mm512_set1_ps(p[a * PKV_ATT_BK + j]);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++) x[a][c] = _mm512_fmadd_ps(pa, v[c], x[a][c]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int a = 0; a < R; a++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
             _mm512_mask_storeu_ps(o + (size_t)a * dv + e0 + 16 * c, c == C - 1 ? tail : (__mmask16)0xFFFF, x[a][c]);
 }
 
-/* The online-softmax step and the accumulation for R (1..4) query rows
- * whose block scores are s[0..R), their m, l and output rows; values staged
- * (vt) or f16 cache rows (vh). */
-static inline __attribute__((always_inline)) void finish_rows(const int R, const __m512 *s, int dv, const float *vt,
-                                                              const uint16_t *vh, float scale, float *m, float *l,
-                                                              float *o) {
-    float p[4 * PKV_ATT_BK], alpha[16] = {0}, sums[4];
-#pragma GCC unroll 4
+/* The online-softmax step of R (1..8) query rows whose block scores are
+ * s[0..R): their m and l updated, the weights in p[a][16] and the rescale
+ * factors in alpha[a]. */
+static inline __attribute__((always_inline)) void softmax_rows(const int R, const __m512 *s, float scale, float *m,
+                                                               float *l, float *p, float *alpha) {
+    float sums[8];
+    _mm512_storeu_ps(alpha, _mm512_setzero_ps());
+#pragma GCC unroll 8
     for (int a = 0; a < R; a++) {
         const __m512 v = _mm512_mul_ps(s[a], _mm512_set1_ps(scale));
         const float bm = block_max(v, m[a]);
@@ -123,21 +123,33 @@ static inline __attribute__((always_inline)) void finish_rows(const int R, const
         _mm512_storeu_ps(p + a * PKV_ATT_BK, pa);
     }
     _mm512_storeu_ps(alpha, exp16(_mm512_loadu_ps(alpha)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int a = 0; a < R; a++) l[a] = l[a] * alpha[a] + sums[a];
+}
+
+/* The accumulation of R rows over all dv columns, C vectors of 16 at a
+ * time (R x C <= 16). */
+static inline __attribute__((always_inline)) void accum_rows(const int R, const int C, int dv, const float *p,
+                                                             const float *alpha, const float *vt, const uint16_t *vh,
+                                                             float *o) {
     int e = 0;
-    for (; e + 64 <= dv; e += 64) accum_cols(R, 4, 0xFFFF, dv, e, p, alpha, vt, vh, o);
-    const int rest = dv - e;
-    if (rest > 0) {
-        const int c = (rest + 15) / 16;
-        const __mmask16 tail = (__mmask16)(rest % 16 ? (1u << (rest % 16)) - 1 : 0xFFFF);
-        switch (c) {
-        case 1: accum_cols(R, 1, tail, dv, e, p, alpha, vt, vh, o); break;
-        case 2: accum_cols(R, 2, tail, dv, e, p, alpha, vt, vh, o); break;
-        case 3: accum_cols(R, 3, tail, dv, e, p, alpha, vt, vh, o); break;
-        default: accum_cols(R, 4, tail, dv, e, p, alpha, vt, vh, o); break;
-        }
+    for (; e + 16 * C <= dv; e += 16 * C) accum_cols(R, C, 0xFFFF, dv, e, p, alpha, vt, vh, o);
+    for (; e < dv; e += 16) { /* the last vectors one by one, the very last masked */
+        const int rest = dv - e;
+        const __mmask16 tail = (__mmask16)(rest < 16 ? (1u << rest) - 1 : 0xFFFF);
+        accum_cols(R, 1, tail, dv, e, p, alpha, vt, vh, o);
     }
+}
+
+/* The online-softmax step and the accumulation for R (1..4) query rows
+ * whose block scores are s[0..R), their m, l and output rows; values staged
+ * (vt) or f16 cache rows (vh). */
+static inline __attribute__((always_inline)) void finish_rows(const int R, const __m512 *s, int dv, const float *vt,
+                                                              const uint16_t *vh, float scale, float *m, float *l,
+                                                              float *o) {
+    float p[8 * PKV_ATT_BK], alpha[16];
+    softmax_rows(R, s, scale, m, l, p, alpha);
+    accum_rows(R, 4, dv, p, alpha, vt, vh, o);
 }
 
 /* R (1..4) query rows at q, their m, l and output rows, on a staged block. */
@@ -228,34 +240,35 @@ static inline __attribute__((always_inline)) void scores_f16(const int R, int dk
     for (int a = 0; a < R; a++) _mm512_storeu_ps(sc + a * PKV_ATT_BK, s[a]);
 }
 
+/* All nq query rows of a block at once: the softmax step of each, then the
+ * accumulation with every row's outputs in registers, two vectors of
+ * columns at a time, so each value row is loaded and converted once per
+ * block (in fours, the values were converted once per four rows). */
+static inline __attribute__((always_inline)) void block_f16(const int R, int dk, int dv, const float *q,
+                                                            const uint16_t *kb, const uint16_t *vb, float scale,
+                                                            float *m, float *l, float *o) {
+    float sc[PKV_ATT_F16_MAX_Q * PKV_ATT_BK], p[8 * PKV_ATT_BK], alpha[16];
+    scores_f16(R, dk, q, kb, sc);
+    __m512 s[8];
+#pragma GCC unroll 8
+    for (int a = 0; a < R; a++) s[a] = _mm512_loadu_ps(sc + a * PKV_ATT_BK);
+    softmax_rows(R, s, scale, m, l, p, alpha);
+    accum_rows(R, 2, dv, p, alpha, NULL, vb, o);
+}
+
 void pkv_att_block_f16_avx512(int nq, int dk, int dv, const float *q, const uint16_t *kh, const uint16_t *vh,
                               int n_blocks, float scale, float *m, float *l, float *o) {
-    float sc[PKV_ATT_F16_MAX_Q * PKV_ATT_BK];
     for (int b = 0; b < n_blocks; b++) {
         const uint16_t *kb = kh + (size_t)b * PKV_ATT_BK * dk, *vb = vh + (size_t)b * PKV_ATT_BK * dv;
         switch (nq) {
-        case 1: scores_f16(1, dk, q, kb, sc); break;
-        case 2: scores_f16(2, dk, q, kb, sc); break;
-        case 3: scores_f16(3, dk, q, kb, sc); break;
-        case 4: scores_f16(4, dk, q, kb, sc); break;
-        case 5: scores_f16(5, dk, q, kb, sc); break;
-        case 6: scores_f16(6, dk, q, kb, sc); break;
-        case 7: scores_f16(7, dk, q, kb, sc); break;
-        default: scores_f16(8, dk, q, kb, sc); break;
-        }
-        /* the softmax step and the accumulation, rows in fours */
-        __m512 s[4];
-        int i = 0;
-        for (; i + 4 <= nq; i += 4) {
-            for (int a = 0; a < 4; a++) s[a] = _mm512_loadu_ps(sc + (i + a) * PKV_ATT_BK);
-            finish_rows(4, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv);
-        }
-        for (int a = 0; a < nq - i; a++) s[a] = _mm512_loadu_ps(sc + (i + a) * PKV_ATT_BK);
-        switch (nq - i) {
-        case 3: finish_rows(3, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
-        case 2: finish_rows(2, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
-        case 1: finish_rows(1, s, dv, NULL, vb, scale, m + i, l + i, o + (size_t)i * dv); break;
-        default: break;
+        case 1: block_f16(1, dk, dv, q, kb, vb, scale, m, l, o); break;
+        case 2: block_f16(2, dk, dv, q, kb, vb, scale, m, l, o); break;
+        case 3: block_f16(3, dk, dv, q, kb, vb, scale, m, l, o); break;
+        case 4: block_f16(4, dk, dv, q, kb, vb, scale, m, l, o); break;
+        case 5: block_f16(5, dk, dv, q, kb, vb, scale, m, l, o); break;
+        case 6: block_f16(6, dk, dv, q, kb, vb, scale, m, l, o); break;
+        case 7: block_f16(7, dk, dv, q, kb, vb, scale, m, l, o); break;
+        default: block_f16(8, dk, dv, q, kb, vb, scale, m, l, o); break;
         }
     }
 }
