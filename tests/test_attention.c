@@ -170,7 +170,7 @@ TEST(attn_block_fused_equals_reference) {
     enum { MAXD = 256, MAXQ = 64 };
     static float q[MAXQ * MAXD], kt[MAXD * 16], vt[16 * MAXD], o[2][MAXQ * MAXD];
     float m[2][MAXQ], l[2][MAXQ];
-    const int dks[] = {16, 64, 67, 128, 256}, dvs[] = {9, 16, 40, 64, 96, 128, 200, 256}, nqs[] = {1, 2, 3, 4, 5, 7, 8, 13, 63, 64};
+    const int dks[] = {16, 64, 67, 128, 256}, dvs[] = {9, 16, 40, 64, 96, 120, 128, 200, 256}, nqs[] = {1, 2, 3, 4, 5, 7, 8, 13, 63, 64};
     uint64_t rng = 7;
     pkv_simd lv[3];
     const int nl = n_levels(lv);
@@ -180,7 +180,7 @@ TEST(attn_block_fused_equals_reference) {
         if (lv[li] == PKV_SIMD_AVX512) CHECK(k->att_block != NULL);
         if (!k->att_block) continue;
         for (int di = 0; di < 5; di++)
-            for (int vi = 0; vi < 8; vi++)
+            for (int vi = 0; vi < (int)(sizeof dvs / sizeof *dvs); vi++)
                 for (int qi = 0; qi < 10; qi++) {
                     const int dk = dks[di], dv = dvs[vi], nq = nqs[qi];
                     for (int i = 0; i < dk * 16; i++) kt[i] = rng_sym(&rng) * (qi % 2 ? 8.0f : 1.0f);

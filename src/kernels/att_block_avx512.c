@@ -134,10 +134,14 @@ static inline __attribute__((always_inline)) void accum_rows(const int R, const 
                                                              float *o) {
     int e = 0;
     for (; e + 16 * C <= dv; e += 16 * C) accum_cols(R, C, 0xFFFF, dv, e, p, alpha, vt, vh, o);
-    for (; e < dv; e += 16) { /* the last vectors one by one, the very last masked */
-        const int rest = dv - e;
-        const __mmask16 tail = (__mmask16)(rest < 16 ? (1u << rest) - 1 : 0xFFFF);
-        accum_cols(R, 1, tail, dv, e, p, alpha, vt, vh, o);
+    const int rest = dv - e; /* fewer than 16 C columns left: one more pass, its last vector masked */
+    if (rest <= 0) return;
+    const __mmask16 tail = (__mmask16)(rest % 16 ? (1u << (rest % 16)) - 1 : 0xFFFF);
+    switch ((rest + 15) / 16) {
+    case 1: accum_cols(R, 1, tail, dv, e, p, alpha, vt, vh, o); break;
+    case 2: accum_cols(R, C < 2 ? C : 2, tail, dv, e, p, alpha, vt, vh, o); break;
+    case 3: accum_cols(R, C < 3 ? C : 3, tail, dv, e, p, alpha, vt, vh, o); break;
+    default: accum_cols(R, C, tail, dv, e, p, alpha, vt, vh, o); break; /* (rest + 15) / 16 <= C */
     }
 }
 
@@ -147,7 +151,7 @@ static inline __attribute__((always_inline)) void accum_rows(const int R, const 
 static inline __attribute__((always_inline)) void finish_rows(const int R, const __m512 *s, int dv, const float *vt,
                                                               const uint16_t *vh, float scale, float *m, float *l,
                                                               float *o) {
-    float p[8 * PKV_ATT_BK], alpha[16];
+    float p[4 * PKV_ATT_BK], alpha[16];
     softmax_rows(R, s, scale, m, l, p, alpha);
     accum_rows(R, 4, dv, p, alpha, vt, vh, o);
 }
