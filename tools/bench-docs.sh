@@ -25,6 +25,8 @@
 #                            alternating, with the AVX-512 and the AVX2 kernels, ROUNDS rounds
 #   llama1b-vs-llamacpp-spin the 1B comparison with spinning OpenMP threads (only when named)
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
+#   peak                     one thread's instruction ceilings: the int8 dot product the weight kernels
+#                            use and the f32 FMA of attention (build/bench-dot peak)
 #   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
 #                            against one by one, full cache and snapkv (budget 128), 512-token prompts
 #   qwen05-serve             the server: promptkv batched, --no-batch and llama-server -np N (LLAMA_SERVER;
@@ -160,6 +162,7 @@ step_gemma-depths() {
 }
 
 # the thread pool: fork-join latency, joins per decode step and prefill, 1..THREADS threads
+step_peak() { run peak build/bench-dot peak; }
 step_threads() {
     need_1b
     need_q05
@@ -263,7 +266,7 @@ step_llama1b-serve-snapkv() {
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
      llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline decode-layout
-     qwen05-prefill-fa threads qwen05-streams llama1b-streams qwen05-serve llama1b-serve qwen05-serve-snapkv
+     qwen05-prefill-fa threads peak qwen05-streams llama1b-streams qwen05-serve llama1b-serve qwen05-serve-snapkv
      llama1b-serve-snapkv)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")

@@ -17,7 +17,16 @@
  * from memory, a small one the arithmetic alone. --x8 repacks the matrix with
  * 8 rows interleaved (kernels/repack.h) and times the decode kernel the model
  * then uses (matvec_x8, all R activation rows in one call per 64 rows).
+ *
+ *   build/bench-dot peak
+ *
+ * The ceilings those rates are measured against, one thread: the int8 dot
+ * product instruction the weight kernels are built on (vpdpbusd, 256- and
+ * 512-bit) and the f32 FMA of the attention kernels, each as 8 independent
+ * chains so only the instruction's throughput counts; printed as multiply-adds
+ * per second (docs/server.md "What 4x at the fast memory level would take").
  */
+#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +40,8 @@
 #include "kernels/table.h"
 
 static int usage(void) {
-    fprintf(stderr, "usage: bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar] [--x8]\n");
+    fprintf(stderr, "usage: bench-dot TYPE K M [--rows R] [--reps N] [--simd avx2|avx512|scalar] [--x8]\n"
+                    "       bench-dot peak\n");
     return 2;
 }
 
@@ -51,7 +61,82 @@ static void sane_scales(uint32_t type, uint8_t *w, uint64_t bytes) {
     }
 }
 
+enum { PEAK_ITERS = 50000000 };
+
+/* GMAC/s of one instruction form: 8 chains of PEAK_ITERS each, lanes x depth
+ * multiply-adds per instruction. */
+static double peak_rate(double seconds, int macs_per_insn) {
+    return 8.0 * PEAK_ITERS * macs_per_insn / seconds / 1e9;
+}
+
+__attribute__((target("avx512f,avx512vl,avx512vnni"))) static double peak_dpbusd256(void) {
+    __m256i s[8], a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+    for (int c = 0; c < 8; c++) s[c] = _mm256_set1_epi32(c);
+    const double t0 = pkv_now_seconds();
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) s[c] = _mm256_dpbusd_epi32(s[c], a, b);
+    const double t = pkv_now_seconds() - t0;
+    volatile int sink = 0;
+    for (int c = 0; c < 8; c++) sink += _mm256_extract_epi32(s[c], 0);
+    (void)sink;
+    return peak_rate(t, 32);
+}
+
+__attribute__((target("avx512f,avx512vl,avx512vnni"))) static double peak_dpbusd512(void) {
+    __m512i s[8], a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+    for (int c = 0; c < 8; c++) s[c] = _mm512_set1_epi32(c);
+    const double t0 = pkv_now_seconds();
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) s[c] = _mm512_dpbusd_epi32(s[c], a, b);
+    const double t = pkv_now_seconds() - t0;
+    volatile int sink = 0;
+    for (int c = 0; c < 8; c++) sink += _mm512_reduce_add_epi32(s[c]);
+    (void)sink;
+    return peak_rate(t, 64);
+}
+
+__attribute__((target("avx2,fma"))) static double peak_fma256(void) {
+    __m256 s[8], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+    for (int c = 0; c < 8; c++) s[c] = _mm256_set1_ps((float)c);
+    const double t0 = pkv_now_seconds();
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) s[c] = _mm256_fmadd_ps(s[c], a, b);
+    const double t = pkv_now_seconds() - t0;
+    volatile float sink = 0;
+    for (int c = 0; c < 8; c++) sink += _mm256_cvtss_f32(s[c]);
+    (void)sink;
+    return peak_rate(t, 8);
+}
+
+/* The best of 3 runs (the first may meet the core below its full clock). */
+static double best_of_3(double (*run)(void)) {
+    double best = 0;
+    for (int i = 0; i < 3; i++) {
+        const double r = run();
+        if (r > best) best = r;
+    }
+    return best;
+}
+
+/* The forms the engine's own kernel tables use on this CPU (kernels/cpu.c). */
+static int peak(void) {
+    const pkv_simd level = pkv_simd_detect();
+    if (level >= PKV_SIMD_AVX2)
+        printf("f32 FMA, 256-bit: %.1f G multiply-adds/s per thread\n", best_of_3(peak_fma256));
+    if (level < PKV_SIMD_AVX512) {
+        printf("int8 dot product (vpdpbusd): not used on this CPU (its kernels are %s)\n", pkv_simd_name(level));
+        return 0;
+    }
+    printf("int8 dot product (vpdpbusd), 256-bit: %.1f G multiply-adds/s per thread\n", best_of_3(peak_dpbusd256));
+    printf("int8 dot product (vpdpbusd), 512-bit: %.1f G multiply-adds/s per thread\n", best_of_3(peak_dpbusd512));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "peak")) return peak();
     if (argc < 4) return usage();
     int rows = 1, reps = 5;
     pkv_simd level = PKV_SIMD_AUTO;
