@@ -69,47 +69,28 @@ static double peak_rate(double seconds, int macs_per_insn) {
     return 8.0 * PEAK_ITERS * macs_per_insn / seconds / 1e9;
 }
 
-__attribute__((target("avx512f,avx512vl,avx512vnni"))) static double peak_dpbusd256(void) {
-    __m256i s[8], a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
-    for (int c = 0; c < 8; c++) s[c] = _mm256_set1_epi32(c);
-    const double t0 = pkv_now_seconds();
-    for (long i = 0; i < PEAK_ITERS; i++)
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) s[c] = _mm256_dpbusd_epi32(s[c], a, b);
-    const double t = pkv_now_seconds() - t0;
-    volatile int sink = 0;
-    for (int c = 0; c < 8; c++) sink += _mm256_extract_epi32(s[c], 0);
-    (void)sink;
-    return peak_rate(t, 32);
-}
+/* NAME: the rate of OP, 8 independent chains s[c] = OP(s[c], a, b) of
+ * PEAK_ITERS each; LANE0 reads a lane so the chains are kept. */
+#define PEAK_FN(NAME, TARGET, VEC, A, B, OP, LANE0, MACS)                                  \
+    __attribute__((target(TARGET))) static double NAME(void) {                            \
+        VEC s[8], a = A, b = B;                                                           \
+        for (int c = 0; c < 8; c++) s[c] = a;                                             \
+        const double t0 = pkv_now_seconds();                                              \
+        for (long i = 0; i < PEAK_ITERS; i++)                                             \
+            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) s[c] = OP(s[c], a, b);    \
+        const double t = pkv_now_seconds() - t0;                                          \
+        volatile double sink = 0;                                                         \
+        for (int c = 0; c < 8; c++) sink += (double)LANE0(s[c]);                          \
+        (void)sink;                                                                       \
+        return peak_rate(t, MACS);                                                        \
+    }
 
-__attribute__((target("avx512f,avx512vl,avx512vnni"))) static double peak_dpbusd512(void) {
-    __m512i s[8], a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-    for (int c = 0; c < 8; c++) s[c] = _mm512_set1_epi32(c);
-    const double t0 = pkv_now_seconds();
-    for (long i = 0; i < PEAK_ITERS; i++)
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) s[c] = _mm512_dpbusd_epi32(s[c], a, b);
-    const double t = pkv_now_seconds() - t0;
-    volatile int sink = 0;
-    for (int c = 0; c < 8; c++) sink += _mm512_reduce_add_epi32(s[c]);
-    (void)sink;
-    return peak_rate(t, 64);
-}
-
-__attribute__((target("avx2,fma"))) static double peak_fma256(void) {
-    __m256 s[8], a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
-    for (int c = 0; c < 8; c++) s[c] = _mm256_set1_ps((float)c);
-    const double t0 = pkv_now_seconds();
-    for (long i = 0; i < PEAK_ITERS; i++)
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) s[c] = _mm256_fmadd_ps(s[c], a, b);
-    const double t = pkv_now_seconds() - t0;
-    volatile float sink = 0;
-    for (int c = 0; c < 8; c++) sink += _mm256_cvtss_f32(s[c]);
-    (void)sink;
-    return peak_rate(t, 8);
-}
+PEAK_FN(peak_dpbusd256, "avx512f,avx512vl,avx512vnni", __m256i, _mm256_set1_epi8(3), _mm256_set1_epi8(-2),
+        _mm256_dpbusd_epi32, _mm256_cvtsi256_si32, 32)
+PEAK_FN(peak_dpbusd512, "avx512f,avx512vl,avx512vnni", __m512i, _mm512_set1_epi8(3), _mm512_set1_epi8(-2),
+        _mm512_dpbusd_epi32, _mm512_cvtsi512_si32, 64)
+PEAK_FN(peak_fma256, "avx2,fma", __m256, _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-3f), _mm256_fmadd_ps,
+        _mm256_cvtss_f32, 8)
 
 /* The best of 3 runs (the first may meet the core below its full clock). */
 static double best_of_3(double (*run)(void)) {
