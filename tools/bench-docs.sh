@@ -161,8 +161,10 @@ step_gemma-depths() {
         --csv "$OUT/gemma-depths.csv" --svg "$OUT/gemma-depths.svg"
 }
 
-# the thread pool: fork-join latency, joins per decode step and prefill, 1..THREADS threads
+# one thread's instruction ceilings, against which the kernels' rates are read (docs/server.md)
 step_peak() { run peak build/bench-dot peak; }
+
+# the thread pool: fork-join latency, joins per decode step and prefill, 1..THREADS threads
 step_threads() {
     need_1b
     need_q05
