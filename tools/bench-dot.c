@@ -61,26 +61,28 @@ static void sane_scales(uint32_t type, uint8_t *w, uint64_t bytes) {
     }
 }
 
-enum { PEAK_ITERS = 50000000 };
+/* PEAK_CHAINS independent chains, enough to cover the instructions' latency
+ * at two issued a cycle (the unroll pragma below spells the same count). */
+enum { PEAK_ITERS = 50000000, PEAK_CHAINS = 8 };
 
-/* GMAC/s of one instruction form: 8 chains of PEAK_ITERS each, lanes x depth
- * multiply-adds per instruction. */
+/* G multiply-adds/s of one instruction form: PEAK_CHAINS chains of
+ * PEAK_ITERS each, macs_per_insn (lanes x depth) per instruction. */
 static double peak_rate(double seconds, int macs_per_insn) {
-    return 8.0 * PEAK_ITERS * macs_per_insn / seconds / 1e9;
+    return (double)PEAK_CHAINS * PEAK_ITERS * macs_per_insn / seconds / 1e9;
 }
 
-/* NAME: the rate of OP, 8 independent chains s[c] = OP(s[c], a, b) of
+/* NAME: the rate of OP, PEAK_CHAINS chains s[c] = OP(s[c], a, b) of
  * PEAK_ITERS each; LANE0 reads a lane so the chains are kept. */
 #define PEAK_FN(NAME, TARGET, VEC, A, B, OP, LANE0, MACS)                                  \
     __attribute__((target(TARGET))) static double NAME(void) {                            \
-        VEC s[8], a = A, b = B;                                                           \
-        for (int c = 0; c < 8; c++) s[c] = a;                                             \
+        VEC s[PEAK_CHAINS], a = A, b = B;                                                 \
+        for (int c = 0; c < PEAK_CHAINS; c++) s[c] = a;                                   \
         const double t0 = pkv_now_seconds();                                              \
         for (long i = 0; i < PEAK_ITERS; i++)                                             \
-            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) s[c] = OP(s[c], a, b);    \
+            _Pragma("GCC unroll 8") for (int c = 0; c < PEAK_CHAINS; c++) s[c] = OP(s[c], a, b); \
         const double t = pkv_now_seconds() - t0;                                          \
         volatile double sink = 0;                                                         \
-        for (int c = 0; c < 8; c++) sink += (double)LANE0(s[c]);                          \
+        for (int c = 0; c < PEAK_CHAINS; c++) sink += (double)LANE0(s[c]);                \
         (void)sink;                                                                       \
         return peak_rate(t, MACS);                                                        \
     }
