@@ -179,9 +179,9 @@ TEST(attn_block_fused_equals_reference) {
         const pkv_kernels *k = pkv_kernels_get(lv[li]);
         if (lv[li] == PKV_SIMD_AVX512) CHECK(k->att_block != NULL);
         if (!k->att_block) continue;
-        for (int di = 0; di < 5; di++)
+        for (int di = 0; di < (int)(sizeof dks / sizeof *dks); di++)
             for (int vi = 0; vi < (int)(sizeof dvs / sizeof *dvs); vi++)
-                for (int qi = 0; qi < 10; qi++) {
+                for (int qi = 0; qi < (int)(sizeof nqs / sizeof *nqs); qi++) {
                     const int dk = dks[di], dv = dvs[vi], nq = nqs[qi];
                     for (int i = 0; i < dk * 16; i++) kt[i] = rng_sym(&rng) * (qi % 2 ? 8.0f : 1.0f);
                     for (int i = 0; i < 16 * dv; i++) vt[i] = rng_sym(&rng);
