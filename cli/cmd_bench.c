@@ -24,6 +24,9 @@ static const char BENCH_USAGE[] =
     "                       tokens (pressed by each press), then --depth-gen steps of all, batched\n"
     "                       (one step for all: pkv_batch_decode) and one by one; t/s of all streams\n"
     "      --stream-depth N prompt of each stream (default 512)\n"
+    "      --paired         with --streams: each count N > 1 batched against one stream batched, the\n"
+    "                       two timed in turns within every repetition, with the ratio of their t/s\n"
+    "                       repetition by repetition (instead of the batched and one-by-one runs)\n"
     "      --presses LIST   presses compared at each depth (and in prefill tests), comma-separated\n"
     "                       NAME[:KEY=VALUE...], e.g. none,snapkv:budget=1024,streamingllm:budget=1024\n"
     "                       (default none; a --press below is added to the list)\n"
@@ -145,7 +148,7 @@ typedef struct {
     cli_engine_args engine;
     int_list prompts, depths, probes, streams;
     int n_gen, depth_gen, stream_depth;
-    bool shared_prefill, csv, membw, membw_only;
+    bool shared_prefill, csv, membw, membw_only, paired;
     uint64_t membw_size, mem_cap;
     const char *svg_path, *csv_path, *presses;
     press_args pa;
@@ -157,6 +160,7 @@ static const cli_flag BENCH_FLAGS[] = {
     {"--separate-prefill", NULL, CLI_FALSE, offsetof(bench_args, shared_prefill), 0, 0, NULL},
     {"--no-membw", NULL, CLI_FALSE, offsetof(bench_args, membw), 0, 0, NULL},
     {"--membw-only", NULL, CLI_TRUE, offsetof(bench_args, membw_only), 0, 0, NULL},
+    {"--paired", NULL, CLI_TRUE, offsetof(bench_args, paired), 0, 0, NULL},
     {"-n", NULL, CLI_INT, offsetof(bench_args, n_gen), 0, 1 << 20, NULL},
     {"--depth-gen", NULL, CLI_INT, offsetof(bench_args, depth_gen), 1, 1 << 20, NULL},
     {"--stream-depth", NULL, CLI_INT, offsetof(bench_args, stream_depth), 1, 1 << 24, NULL},
@@ -213,6 +217,18 @@ static int parse_args(bench_args *a, int argc, char **argv) {
     a->o.n_batch = a->engine.n_batch;
     a->o.cache_type_k = a->engine.cache.k;
     a->o.cache_type_v = a->engine.cache.v;
+    if (a->paired) {
+        if (a->streams.n == 0) {
+            cli_error(cmd, "--paired needs --streams");
+            return -1;
+        }
+        for (int i = 0; i < a->streams.n; i++)
+            if (a->streams.v[i] < 2) {
+                cli_error(cmd, "--paired: stream counts must be >= 2 (each is paired with one stream), got %d",
+                          a->streams.v[i]);
+                return -1;
+            }
+    }
     return 0;
 }
 
@@ -389,11 +405,19 @@ int cmd_bench(int argc, char **argv) {
         k += a.depths.n * n_presses;
     }
     for (int p = 0; p < n_presses; p++)
-        for (int i = 0; i < a.streams.n; i++)
+        for (int i = 0; i < a.streams.n; i++) {
+            if (a.paired) {
+                if (pkv_bench_streams_paired(m, &a.o, a.streams.v[i], a.stream_depth, a.depth_gen, presses[p],
+                                             &res[k], &err))
+                    goto fail;
+                k += 2;
+                continue;
+            }
             for (int batched = 1; batched >= 0; batched--)
                 if (pkv_bench_streams(m, &a.o, a.streams.v[i], a.stream_depth, a.depth_gen, presses[p], batched,
                                       &res[k++], &err))
                     goto fail;
+        }
     if (a.csv) pkv_bench_print_csv(stdout, res, k);
     else {
         printf("\n");

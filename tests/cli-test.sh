@@ -197,6 +197,10 @@ expect_out bench_tiny '\| tg4@d64 +\| snapkv budget=40' -- "$bin" bench -m "$tin
     --csv "$tmp/bench.csv"
 expect_out bench_svg '<polyline' -- cat "$tmp/bench.svg"
 expect_out bench_csv_rows '^tg4@d64,depth,"snapkv budget=40 window=8",64,4,2,2,' -- cat "$tmp/bench.csv"
+expect_out bench_paired '^tg4@d32 x3 paired \(none\): 3 streams / 1 stream, repetition by repetition: median [0-9.]+x' -- \
+    "$bin" bench -m "$tiny" -p 0 -n 0 --streams 3 --paired --stream-depth 32 --depth-gen 4 -r 2 -t 2 --no-membw
+expect bench_paired_no_streams 2 '--paired needs --streams' -- "$bin" bench -m "$tiny" -p 0 -n 0 --paired
+expect bench_paired_one_stream 2 'stream counts must be >= 2' -- "$bin" bench -m "$tiny" -p 0 -n 0 --streams 1,2 --paired
 expect_out bench_csv_stdout '^test,kind,press,n_prompt' -- "$bin" bench -m "$tiny" -p 16 -n 0 -r 1 -o csv
 expect_out bench_mem '\| none \| 64: ' -- "$bin" bench -m "$tiny" --mem 1G --mem-probe 64,128 -t 2 \
     --presses none,snapkv:budget=40:window=8

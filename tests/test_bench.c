@@ -193,6 +193,39 @@ TEST(bench_membw_probe_reads_on_demand) {
     pkv_membw_probe_stop(p);
 }
 
+/* Paired streams on the tiny model: one stream and n streams, every
+ * repetition's ratio of the two, and the caches of the streams it stepped
+ * (all of one depth: n times stream 1's). A count below 2 is refused. */
+TEST(bench_streams_paired_times_both_in_every_repetition) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    pkv_bench_opts o;
+    pkv_bench_opts_default(&o);
+    o.n_threads = 2;
+    o.reps = 3;
+    pkv_bench_result r[2];
+    CHECK(pkv_bench_streams_paired(m, &o, 1, 24, 3, NULL, r, &err) == -1 && err.code == PKV_ERR_ARG);
+    REQUIRE_MSG(pkv_bench_streams_paired(m, &o, 3, 24, 3, NULL, r, &err) == 0, "%s", err.msg);
+    CHECK_EQ_INT(r[0].n_streams, 1);
+    CHECK_EQ_INT(r[1].n_streams, 3);
+    CHECK(r[0].batched && r[1].batched);
+    CHECK(!strcmp(r[0].test, "tg3@d24 x1 paired") && !strcmp(r[1].test, "tg3@d24 x3 paired"));
+    CHECK_EQ_INT(r[0].tok_per_s.n, 3);
+    CHECK_EQ_INT(r[1].tok_per_s.n, 3);
+    CHECK_EQ_INT(r[0].paired_ratio.n, 0);
+    CHECK_EQ_INT(r[1].paired_ratio.n, 3);
+    CHECK(r[0].cache_bytes > 0);
+    CHECK_EQ_INT(r[1].cache_bytes, 3 * r[0].cache_bytes);
+    CHECK_EQ_INT(r[1].cache_bytes_full, 3 * r[0].cache_bytes_full);
+    /* each repetition's ratio lies between the extremes the two runs allow */
+    const pkv_bench_stat *q = &r[1].paired_ratio;
+    CHECK(q->min > 0 && q->min <= q->median && q->median <= q->max);
+    CHECK(q->min >= r[1].tok_per_s.min / r[0].tok_per_s.max * (1 - 1e-9));
+    CHECK(q->max <= r[1].tok_per_s.max / r[0].tok_per_s.min * (1 + 1e-9));
+    pkv_model_free(m);
+}
+
 /* Readings handed out in turn by a fake probe; fails after `fail_after`. */
 typedef struct {
     double values[4];

@@ -29,6 +29,8 @@
 #                            use and the f32 FMA of attention (build/bench-dot peak)
 #   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
 #                            against one by one, full cache and snapkv (budget 128), 512-token prompts
+#   qwen05-streams-paired, llama1b-streams-paired  2, 4, 8 streams batched against one stream, timed in
+#                            turns within every repetition, with the ratio repetition by repetition
 #   qwen05-serve             the server: promptkv batched, --no-batch and llama-server -np N (LLAMA_SERVER;
 #                            only promptkv without it), 1/2/4/8 streams and a 4K-token arrival
 #   llama1b-serve            the same on the 1B shape, without the arrival
@@ -229,6 +231,19 @@ step_qwen05-streams() {
 }
 step_llama1b-streams() { need_1b; streams llama1b-streams "$L1B"; }
 
+# 2, 4 and 8 streams batched against one stream, the two in turns within every repetition (the ratio
+# repetition by repetition: the host's memory speed moves between runs, and both sides meet the same one)
+streams_paired() {
+    local step=$1 model=$2
+    run "$step" "$PROMPTKV" bench -m "$model" -p 0 -n 0 --streams 2,4,8 --paired --stream-depth 512 --depth-gen 32 \
+        -r "$REPS" -t "$THREADS" --presses none,snapkv:budget=128 --csv "$OUT/$step.csv"
+}
+step_qwen05-streams-paired() {
+    need_q05
+    streams_paired qwen05-streams-paired "$Q05"
+}
+step_llama1b-streams-paired() { need_1b; streams_paired llama1b-streams-paired "$L1B"; }
+
 # the server against llama-server on the same GGUF and threads, in one run
 step_qwen05-serve() {
     need_q05
@@ -268,7 +283,8 @@ step_llama1b-serve-snapkv() {
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
      llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline decode-layout
-     qwen05-prefill-fa threads peak qwen05-streams llama1b-streams qwen05-serve llama1b-serve qwen05-serve-snapkv
+     qwen05-prefill-fa threads peak qwen05-streams llama1b-streams qwen05-streams-paired llama1b-streams-paired
+     qwen05-serve llama1b-serve qwen05-serve-snapkv
      llama1b-serve-snapkv)
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=("${ALL[@]}")

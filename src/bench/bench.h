@@ -136,6 +136,7 @@ struct pkv_bench_result {
     double mem_bw;           /* tg, depth: the bandwidth (bytes/s) the fraction used; 0: unknown */
     int n_streams;           /* streams: sessions decoding together (t/s: all of them; ms/token: a step) */
     bool batched;            /* streams: one batched step for all, or each stream's own step in turn */
+    pkv_bench_stat paired_ratio; /* paired streams: this test's t/s over one stream's, repetition by repetition */
 };
 
 /* ppN: prefill tok/s of n_prompt random tokens through press (may be NULL). */
@@ -167,6 +168,15 @@ int pkv_bench_depths(pkv_model *model, const pkv_bench_opts *opts, const int *de
 enum { PKV_BENCH_MAX_STREAMS = 64 };
 int pkv_bench_streams(pkv_model *model, const pkv_bench_opts *opts, int n_seq, int depth, int n_gen,
                       const pkv_press_cfg *press, bool batched, pkv_bench_result *out, pkv_error *err);
+
+/* The same n_seq streams batched against stream 1 alone (batched too), the
+ * two timed in turns within every repetition (which goes first alternates),
+ * so that both meet the same machine: out[0] is the one stream, out[1] the
+ * n_seq streams with paired_ratio, their t/s over the one stream's in each
+ * repetition. On a host whose memory speed moves between runs, the
+ * repetitions' ratios are the fair measure of what batching gains. */
+int pkv_bench_streams_paired(pkv_model *model, const pkv_bench_opts *opts, int n_seq, int depth, int n_gen,
+                             const pkv_press_cfg *press, pkv_bench_result out[2], pkv_error *err);
 
 /* ---------------------------------------------------------------- memory cap */
 

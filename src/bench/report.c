@@ -76,13 +76,27 @@ void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
         for (int c = 0; c < N_TABLE_COLS; c++) cell(out, v[c], TABLE_COLS[c].width, TABLE_COLS[c].right);
         fputs("|\n", out);
     }
+    /* paired streams: what each repetition's two runs give against each other */
+    for (int i = 0; i < n; i++) {
+        const pkv_bench_result *x = &r[i];
+        if (x->paired_ratio.n == 0) continue;
+        fprintf(out, "\n%s (%s): %d streams / 1 stream, repetition by repetition: median %.2fx (min %.2fx, max %.2fx, "
+                     "%d repetitions)",
+                x->test, x->press, x->n_streams, x->paired_ratio.median, x->paired_ratio.min, x->paired_ratio.max,
+                x->paired_ratio.n);
+    }
+    for (int i = 0; i < n; i++)
+        if (r[i].paired_ratio.n > 0) {
+            fputc('\n', out);
+            break;
+        }
 }
 
 static const char *const CSV_COLUMNS[] = {
     "test", "kind", "press", "n_prompt", "n_gen", "threads", "reps", "tps_median", "tps_min", "tps_max",
     "tps_mean", "tps_stddev", "ms_per_token_median", "ms_per_token_min", "prefill_s", "press_s", "press_share",
     "shared_prefill", "cache_bytes", "cache_bytes_full", "peak_rss_bytes", "decode_bytes_per_token", "bw_fraction",
-    "streams", "batched", "mem_bw_bytes_per_s",
+    "streams", "batched", "mem_bw_bytes_per_s", "paired_ratio_median", "paired_ratio_min", "paired_ratio_max",
 };
 
 int pkv_bench_csv_columns(void) { return (int)(sizeof CSV_COLUMNS / sizeof CSV_COLUMNS[0]); }
@@ -108,13 +122,14 @@ void pkv_bench_print_csv(FILE *out, const pkv_bench_result *r, int n) {
         const pkv_bench_result *x = &r[i];
         fprintf(out, "%s,%s,", x->test, kind_name(x->kind));
         csv_quoted(out, x->press);
-        fprintf(out, ",%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%d,%llu,%llu,%llu,%llu,%.4f,%d,%d,%.0f\n",
+        fprintf(out, ",%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%d,%llu,%llu,%llu,%llu,%.4f,%d,%d,%.0f,%.4f,%.4f,%.4f\n",
                 x->n_prompt, x->n_gen, x->n_threads, x->reps, x->tok_per_s.median, x->tok_per_s.min,
                 x->tok_per_s.max, x->tok_per_s.mean, x->tok_per_s.stddev, x->ms_per_token.median,
                 x->ms_per_token.min, x->prefill_seconds, x->press_seconds, x->press_share, x->shared_prefill ? 1 : 0,
                 (unsigned long long)x->cache_bytes, (unsigned long long)x->cache_bytes_full,
                 (unsigned long long)x->peak_rss, (unsigned long long)x->decode_bytes_per_token, x->bw_fraction,
-                x->n_streams, x->batched ? 1 : 0, x->mem_bw);
+                x->n_streams, x->batched ? 1 : 0, x->mem_bw, x->paired_ratio.median, x->paired_ratio.min,
+                x->paired_ratio.max);
     }
 }
 

@@ -430,49 +430,80 @@ static int stream_steps(pkv_session **d, int n_seq, pkv_batch *b, const pkv_mode
     return 0;
 }
 
-int pkv_bench_streams(pkv_model *m, const pkv_bench_opts *o, int n_seq, int depth, int n_gen,
-                      const pkv_press_cfg *press, bool batched, pkv_bench_result *out, pkv_error *err) {
-    if (n_seq < 1 || n_seq > PKV_BENCH_MAX_STREAMS)
-        return pkv_fail(err, PKV_ERR_ARG, "bench: streams must be in [1, %d], got %d", PKV_BENCH_MAX_STREAMS, n_seq);
-    if (n_gen < 1 || depth < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: streams need a depth and steps >= 1");
-    int reps = reps_of(o);
-    init_result(out, PKV_BENCH_STREAMS, o);
-    snprintf(out->test, sizeof out->test, "tg%d@d%d x%d %s", n_gen, depth, n_seq, batched ? "batch" : "serial");
-    describe_press(press, out->press, sizeof out->press);
-    out->n_prompt = depth;
-    out->n_gen = n_gen;
-    out->n_streams = n_seq;
-    out->batched = batched;
-    pkv_session *src[PKV_BENCH_MAX_STREAMS] = {0}, *d[PKV_BENCH_MAX_STREAMS] = {0};
-    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+/* The streams of a streams test: n_seq prompts of depth tokens, each its own
+ * (random) and pressed by its own copy of the press, in src[k]; d[k] the
+ * sessions the timed steps run on, restored from src[k] before each run. */
+static int streams_setup(pkv_model *m, const pkv_bench_opts *o, int n_seq, int depth, int n_gen,
+                         const pkv_press_cfg *press, pkv_session **src, pkv_session **d, uint64_t *rng,
+                         pkv_bench_result *out, pkv_error *err) {
     int32_t *tokens = malloc((size_t)depth * sizeof *tokens);
-    pkv_batch *b = batched ? pkv_batch_new(m, o->n_threads, err) : NULL;
+    if (!tokens) return pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
     int rc = -1;
-    if (!tps || !ms || !tokens) {
-        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
-        goto done;
-    }
-    if (batched && !b) goto done;
-    /* every stream its own prompt, pressed by its own copy of the press */
-    uint64_t rng = o->seed ^ 0x2545f4914f6cdd1dull;
     for (int k = 0; k < n_seq; k++) {
         if (!(src[k] = pkv_bench_session_new(m, o, depth + n_gen + 8, 0, false, err)) ||
             !(d[k] = pkv_bench_session_new(m, o, depth + n_gen + 8, 0, false, err)))
             goto done;
-        prompt_tokens(m, &rng, tokens, depth);
+        prompt_tokens(m, rng, tokens, depth);
         progress(o, "%s: prompt of stream %d", out->test, k + 1);
         pkv_prefill_stats st;
         if (pkv_prefill(src[k], tokens, depth, press, &st, err)) goto done;
         out->cache_bytes += st.cache_bytes;
         out->cache_bytes_full += st.cache_bytes_full;
     }
+    rc = 0;
+done:
+    free(tokens);
+    return rc;
+}
+
+static int restore_all(pkv_session **d, pkv_session *const *src, int n_seq, pkv_error *err) {
+    for (int k = 0; k < n_seq; k++)
+        if (restore(d[k], src[k], err)) return -1;
+    return 0;
+}
+
+static void streams_free(pkv_session **src, pkv_session **d, int n_seq) {
+    for (int k = 0; k < n_seq; k++) {
+        pkv_session_free(src[k]);
+        pkv_session_free(d[k]);
+    }
+}
+
+static void streams_result(pkv_bench_result *r, const pkv_bench_opts *o, const pkv_press_cfg *press, int n_seq,
+                           int depth, int n_gen, const char *how) {
+    init_result(r, PKV_BENCH_STREAMS, o);
+    snprintf(r->test, sizeof r->test, "tg%d@d%d x%d %s", n_gen, depth, n_seq, how);
+    describe_press(press, r->press, sizeof r->press);
+    r->n_prompt = depth;
+    r->n_gen = n_gen;
+    r->n_streams = n_seq;
+    r->batched = strcmp(how, "serial") != 0;
+}
+
+int pkv_bench_streams(pkv_model *m, const pkv_bench_opts *o, int n_seq, int depth, int n_gen,
+                      const pkv_press_cfg *press, bool batched, pkv_bench_result *out, pkv_error *err) {
+    if (n_seq < 1 || n_seq > PKV_BENCH_MAX_STREAMS)
+        return pkv_fail(err, PKV_ERR_ARG, "bench: streams must be in [1, %d], got %d", PKV_BENCH_MAX_STREAMS, n_seq);
+    if (n_gen < 1 || depth < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: streams need a depth and steps >= 1");
+    int reps = reps_of(o);
+    streams_result(out, o, press, n_seq, depth, n_gen, batched ? "batch" : "serial");
+    pkv_session *src[PKV_BENCH_MAX_STREAMS] = {0}, *d[PKV_BENCH_MAX_STREAMS] = {0};
+    double *tps = malloc((size_t)reps * sizeof *tps), *ms = malloc((size_t)reps * sizeof *ms);
+    pkv_batch *b = batched ? pkv_batch_new(m, o->n_threads, err) : NULL;
+    int rc = -1;
+    if (!tps || !ms) {
+        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
+        goto done;
+    }
+    if (batched && !b) goto done;
+    uint64_t rng = o->seed ^ 0x2545f4914f6cdd1dull;
+    if (streams_setup(m, o, n_seq, depth, n_gen, press, src, d, &rng, out, err)) goto done;
     double sec;
     for (int r = -1; r < reps; r++) {
         if (r < 0 && !o->warmup) continue;
         progress(o, "%s: %s", out->test, r < 0 ? "warmup" : "repetition");
-        for (int k = 0; k < n_seq; k++)
-            if (restore(d[k], src[k], err)) goto done;
-        if (stream_steps(d, n_seq, b, m, &rng, r < 0 ? 1 : n_gen, &sec, err)) goto done;
+        if (restore_all(d, src, n_seq, err) || stream_steps(d, n_seq, b, m, &rng, r < 0 ? 1 : n_gen, &sec, err))
+            goto done;
         if (r < 0) continue;
         tps[r] = (double)n_seq * n_gen / sec; /* all streams' tokens */
         ms[r] = 1000.0 * sec / n_gen;         /* a step: each stream's time between its tokens */
@@ -482,13 +513,68 @@ int pkv_bench_streams(pkv_model *m, const pkv_bench_opts *o, int n_seq, int dept
     report(o, out);
     rc = 0;
 done:
-    for (int k = 0; k < n_seq; k++) {
-        pkv_session_free(src[k]);
-        pkv_session_free(d[k]);
-    }
+    streams_free(src, d, n_seq);
     pkv_batch_free(b);
     free(tps);
     free(ms);
-    free(tokens);
+    return rc;
+}
+
+int pkv_bench_streams_paired(pkv_model *m, const pkv_bench_opts *o, int n_seq, int depth, int n_gen,
+                             const pkv_press_cfg *press, pkv_bench_result out[2], pkv_error *err) {
+    if (n_seq < 2 || n_seq > PKV_BENCH_MAX_STREAMS)
+        return pkv_fail(err, PKV_ERR_ARG, "bench: paired streams must be in [2, %d], got %d", PKV_BENCH_MAX_STREAMS,
+                        n_seq);
+    if (n_gen < 1 || depth < 1) return pkv_fail(err, PKV_ERR_ARG, "bench: streams need a depth and steps >= 1");
+    int reps = reps_of(o);
+    streams_result(&out[0], o, press, 1, depth, n_gen, "paired");
+    streams_result(&out[1], o, press, n_seq, depth, n_gen, "paired");
+    pkv_session *src[PKV_BENCH_MAX_STREAMS] = {0}, *d[PKV_BENCH_MAX_STREAMS] = {0};
+    double *v = malloc((size_t)reps * 5 * sizeof *v);
+    pkv_batch *b = pkv_batch_new(m, o->n_threads, err);
+    int rc = -1;
+    if (!v) {
+        pkv_fail(err, PKV_ERR_NOMEM, "bench: out of memory");
+        goto done;
+    }
+    if (!b) goto done;
+    double *tps1 = v, *ms1 = v + reps, *tpsn = v + 2 * reps, *msn = v + 3 * reps, *ratio = v + 4 * reps;
+    uint64_t rng = o->seed ^ 0x2545f4914f6cdd1dull;
+    if (streams_setup(m, o, n_seq, depth, n_gen, press, src, d, &rng, &out[1], err)) goto done;
+    /* stream 1 alone is the first of the n_seq streams */
+    out[0].cache_bytes = pkv_session_cache_bytes(src[0]);
+    out[0].cache_bytes_full = out[1].cache_bytes_full / (uint64_t)n_seq;
+    for (int r = -1; r < reps; r++) {
+        if (r < 0 && !o->warmup) continue;
+        progress(o, "%s: %s", out[1].test, r < 0 ? "warmup" : "repetition");
+        const int steps = r < 0 ? 1 : n_gen;
+        double sec[2];
+        /* the two runs of a repetition in turns, one first in even repetitions and the other in odd,
+         * so a drift of the machine's speed within a repetition favours neither */
+        for (int turn = 0; turn < 2; turn++) {
+            const int alone = (turn + (r < 0 ? 0 : r)) % 2 == 0;
+            if (restore_all(d, src, n_seq, err) ||
+                stream_steps(d, alone ? 1 : n_seq, b, m, &rng, steps, &sec[alone ? 0 : 1], err))
+                goto done;
+        }
+        if (r < 0) continue;
+        tps1[r] = n_gen / sec[0];
+        ms1[r] = 1000.0 * sec[0] / n_gen;
+        tpsn[r] = (double)n_seq * n_gen / sec[1];
+        msn[r] = 1000.0 * sec[1] / n_gen;
+        ratio[r] = tpsn[r] / tps1[r];
+    }
+    pkv_bench_stat_of(tps1, reps, &out[0].tok_per_s);
+    pkv_bench_stat_of(ms1, reps, &out[0].ms_per_token);
+    pkv_bench_stat_of(tpsn, reps, &out[1].tok_per_s);
+    pkv_bench_stat_of(msn, reps, &out[1].ms_per_token);
+    pkv_bench_stat_of(ratio, reps, &out[1].paired_ratio);
+    report(o, &out[0]);
+    report(o, &out[1]);
+    rc = 0;
+done:
+    streams_free(src, d, n_seq);
+    pkv_batch_free(b);
+    free(v);
     return rc;
 }
