@@ -49,6 +49,7 @@ static inline __attribute__((always_inline)) __m256i x8_half_sums(const __m256i 
     return _mm256_add_epi32(s0, s1);
 }
 
+#define X8_PAIRS /* two activation rows per 512-bit vector (repack_x86.h) */
 #include "kernels/repack_x86.h"
 
 X8_KERNELS(avx512)

@@ -242,6 +242,166 @@ static inline __attribute__((always_inline)) void x8_legacy_span(const uint32_t 
     }
 }
 
+#ifdef X8_PAIRS
+/*
+ * Two activation rows in one 512-bit vector (the including file defines
+ * X8_PAIRS where the level has 512-bit vpdpbusd): lane 2r holds weight row r
+ * against the pair's first row, lane 2r + 1 against its second. A block's 8
+ * quant vectors are widened once (each 32-bit lane twice) and serve every
+ * pair; one broadcast of 8 bytes carries both rows' 4 quants of a group. Per
+ * block and pair that is half the instructions of two rows taken one by one
+ * (the broadcasts, the adds of the chains, the conversion, the scales' product
+ * and the FMA), for the same multiply-adds: a batched decode step of legacy
+ * weights is bound by those instructions, not by its bytes
+ * (docs/server.md, "The batched kernels against the instruction ceiling").
+ * Every lane does a one-row lane's operations in the same order, so the bits
+ * are the reference's.
+ */
+enum { X8_PAIR_MAX_NB = 256 }; /* K up to 8192 on the pair path (its activations on the stack) */
+
+/* A pair's activation block: group q's quants of both rows side by side
+ * (unpacked 32-bit elements: group q at X8_PAIR_AT[q]), their scales and
+ * corrections in lane order. */
+typedef struct {
+    uint8_t qs[64];
+    float d[2];
+    int32_t corr[2];
+} x8_pair_prep;
+
+static const int X8_PAIR_AT[8] = {0, 8, 32, 40, 16, 24, 48, 56};
+
+static void x8_pair_prepare(const block_q8_0 *xa, const block_q8_0 *xb, const x8_act_prep *pa,
+                            const x8_act_prep *pb, int64_t nb, x8_pair_prep *pp) {
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i a = load256(xa[b].qs), c = load256(xb[b].qs);
+        _mm256_storeu_si256((__m256i *)pp[b].qs, _mm256_unpacklo_epi32(a, c));
+        _mm256_storeu_si256((__m256i *)(pp[b].qs + 32), _mm256_unpackhi_epi32(a, c));
+        pp[b].d[0] = pa[b].d, pp[b].d[1] = pb[b].d;
+        pp[b].corr[0] = pa[b].corr, pp[b].corr[1] = pb[b].corr;
+    }
+}
+
+static inline __m512i x8_pair_dup_index(void) { return _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7); }
+
+static inline uint64_t load_u64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) __m512 x8_pair_block_step(const __m512i q2[8], __m512 dw2,
+                                                                       const x8_pair_prep *pp, __m512 acc) {
+    __m512i s0 = _mm512_set1_epi64((long long)load_u64(pp->corr)), s1 = _mm512_setzero_si512(),
+            s2 = _mm512_setzero_si512(), s3 = _mm512_setzero_si512();
+    s0 = _mm512_dpbusd_epi32(s0, q2[0], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[0])));
+    s1 = _mm512_dpbusd_epi32(s1, q2[1], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[1])));
+    s2 = _mm512_dpbusd_epi32(s2, q2[2], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[2])));
+    s3 = _mm512_dpbusd_epi32(s3, q2[3], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[3])));
+    s0 = _mm512_dpbusd_epi32(s0, q2[4], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[4])));
+    s1 = _mm512_dpbusd_epi32(s1, q2[5], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[5])));
+    s2 = _mm512_dpbusd_epi32(s2, q2[6], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[6])));
+    s3 = _mm512_dpbusd_epi32(s3, q2[7], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[7])));
+    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+    const __m512 da = _mm512_castpd_ps(_mm512_set1_pd(*(const double *)(const void *)pp->d));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw2, da), acc);
+}
+
+/* Lanes r of a (row one) and of b (row two) into lanes 2r and 2r + 1. */
+static inline __m512 x8_pair_join(__m256 a, __m256 b) {
+    return _mm512_permutex2var_ps(_mm512_castps256_ps512(a),
+                                  _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+                                  _mm512_castps256_ps512(b));
+}
+
+/* Lanes 2r (half 0) or 2r + 1 (half 1) into lanes r. */
+static inline __m256 x8_pair_half(__m512 v, int half) {
+    const __m512i idx = half ? _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0)
+                             : _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, v));
+}
+
+/* x8_group_tile for legacy weights and na (2..8) activation rows: na / 2
+ * pairs, and the last row of an odd na on its own, over a span of nb blocks.
+ * Accumulators, carries and results as x8_group_tile's. */
+static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t type, const int na, int64_t nb,
+                                                               const uint8_t *group, const block_q8_0 *const *x,
+                                                               const x8_act_prep *const *p,
+                                                               const x8_pair_prep *const *pp, float *y, int64_t ldy,
+                                                               const float *carry_in, float *carry_out) {
+    const int np = na / 2, odd = na % 2;
+    const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    const __m512i dup = x8_pair_dup_index();
+    __m512 acc2[X8_ACT_TILE / 2][2];
+    __m256 acc1[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < np; i++)
+        for (int h = 0; h < 2; h++)
+            acc2[i][h] = carry_in ? x8_pair_join(_mm256_loadu_ps(carry_in + (4 * i + h) * X8_ROWS),
+                                                 _mm256_loadu_ps(carry_in + (4 * i + 2 + h) * X8_ROWS))
+                                  : _mm512_setzero_ps();
+    for (int h = 0; h < 2; h++)
+        acc1[h] = odd && carry_in ? _mm256_loadu_ps(carry_in + (2 * (na - 1) + h) * X8_ROWS) : _mm256_setzero_ps();
+    /* blocks two at a time, so that the even and odd blocks' accumulators
+     * (as in one pass over the row) stay in registers */
+    for (int64_t b0 = 0; b0 < nb; b0 += 2) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int64_t b = b0 + h;
+            if (b == nb) break;
+            const uint8_t *blk = group + (uint64_t)b * bb;
+            if (prefetch) x8_prefetch(blk, bb);
+            __m256i q[8];
+            x8_quants(type, blk, q);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            if (odd) acc1[h] = x8_block_step(type, q, dw, x[na - 1], p[na - 1], b, acc1[h]);
+            __m512i q2[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) q2[i] = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(q[i]));
+            const __m512 dw2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(dw));
+#pragma GCC unroll 4
+            for (int i = 0; i < np; i++) acc2[i][h] = x8_pair_block_step(q2, dw2, &pp[i][b], acc2[i][h]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < np; i++) {
+        if (carry_out) {
+            for (int h = 0; h < 2; h++)
+                for (int r = 0; r < 2; r++)
+                    _mm256_storeu_ps(carry_out + (4 * i + 2 * r + h) * X8_ROWS, x8_pair_half(acc2[i][h], r));
+        } else {
+            const __m512 sum = _mm512_add_ps(acc2[i][0], acc2[i][1]);
+            _mm256_storeu_ps(y + (int64_t)(2 * i) * ldy, x8_pair_half(sum, 0));
+            _mm256_storeu_ps(y + (int64_t)(2 * i + 1) * ldy, x8_pair_half(sum, 1));
+        }
+    }
+    if (!odd) return;
+    if (carry_out) {
+        _mm256_storeu_ps(carry_out + 2 * (na - 1) * X8_ROWS, acc1[0]);
+        _mm256_storeu_ps(carry_out + (2 * (na - 1) + 1) * X8_ROWS, acc1[1]);
+    } else {
+        _mm256_storeu_ps(y + (int64_t)(na - 1) * ldy, _mm256_add_ps(acc1[0], acc1[1]));
+    }
+}
+
+static inline __attribute__((always_inline)) void x8_pair_tile_of(const uint32_t type, int na, int64_t nb,
+                                                                  const uint8_t *piece, const block_q8_0 *const *x,
+                                                                  const x8_act_prep *const *p,
+                                                                  const x8_pair_prep *const *pp, float *y,
+                                                                  int64_t ldy, const float *carry_in,
+                                                                  float *carry_out) {
+    switch (na) {
+    case 2: x8_pair_tile(type, 2, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    case 3: x8_pair_tile(type, 3, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    case 4: x8_pair_tile(type, 4, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    case 5: x8_pair_tile(type, 5, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    case 6: x8_pair_tile(type, 6, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    case 7: x8_pair_tile(type, 7, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    default: x8_pair_tile(type, 8, nb, piece, x, p, pp, y, ldy, carry_in, carry_out); break;
+    }
+}
+#endif
+
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
  * copy) activation rows over a span of nb blocks (K-quants: super-blocks);
  * results to y[a * ldy + 0..7]. Legacy blocks go to the even or odd
@@ -309,6 +469,9 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
     const uint64_t bb = pkv_x8_block_bytes(type);
     x8_act_prep prep[X8_ACT_TILE * X8_MAX_NB];
     float carry[PKV_X8_RUN_GROUPS][2 * X8_ACT_TILE * X8_ROWS];
+#ifdef X8_PAIRS
+    x8_pair_prep pair_prep[X8_ACT_TILE / 2 * X8_PAIR_MAX_NB];
+#endif
     for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
         const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
         const block_q8_0 *x[X8_ACT_TILE];
@@ -318,6 +481,15 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
             p[a] = prep + a * nq;
             x8_prepare(type, x[a], nq, offset, prep + a * nq);
         }
+#ifdef X8_PAIRS
+        const bool pairs = cq == 1 && na >= 2 && nq <= X8_PAIR_MAX_NB;
+        const x8_pair_prep *pp[X8_ACT_TILE / 2];
+        if (pairs)
+            for (int i = 0; i < na / 2; i++) {
+                x8_pair_prepare(x[2 * i], x[2 * i + 1], p[2 * i], p[2 * i + 1], nq, pair_prep + i * nq);
+                pp[i] = pair_prep + i * nq;
+            }
+#endif
         float *ya = y + (int64_t)a0 * ldy;
         const uint8_t *piece = w;
         for (int64_t g0 = 0; g0 < n_groups; g0 += PKV_X8_RUN_GROUPS) {
@@ -328,6 +500,16 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
                 const block_q8_0 *xs[X8_ACT_TILE];
                 const x8_act_prep *ps[X8_ACT_TILE];
                 for (int a = 0; a < na; a++) xs[a] = x[a] + c0 * cq, ps[a] = p[a] + c0 * cq;
+#ifdef X8_PAIRS
+                if (pairs) {
+                    const x8_pair_prep *pps[X8_ACT_TILE / 2];
+                    for (int i = 0; i < na / 2; i++) pps[i] = pp[i] + c0;
+                    for (int64_t g = g0; g < g0 + gn; g++, piece += (uint64_t)cn * bb)
+                        x8_pair_tile_of(type, na, cn, piece, xs, ps, pps, ya + g * X8_ROWS, ldy,
+                                        first ? NULL : carry[g - g0], last ? NULL : carry[g - g0]);
+                    continue;
+                }
+#endif
                 for (int64_t g = g0; g < g0 + gn; g++, piece += (uint64_t)cn * bb)
                     x8_tile_of(type, na, cn, piece, xs, ps, ya + g * X8_ROWS, ldy, first ? NULL : carry[g - g0],
                                last ? NULL : carry[g - g0]);
