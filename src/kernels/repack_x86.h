@@ -265,7 +265,11 @@ enum { X8_PAIR_MAX_NB = 256 }; /* K up to 8192 on the pair path (its activations
 typedef struct {
     uint8_t qs[64];
     float d[2];
-    int32_t corr[2];
+    union {
+        int32_t corr[2]; /* x8_act_prep's, row by row */
+        float nsum[2];
+    };
+    int32_t corr_hi[2];
 } x8_pair_prep;
 
 static const int X8_PAIR_AT[8] = {0, 8, 32, 40, 16, 24, 48, 56};
@@ -277,7 +281,8 @@ static void x8_pair_prepare(const block_q8_0 *xa, const block_q8_0 *xb, const x8
         _mm256_storeu_si256((__m256i *)pp[b].qs, _mm256_unpacklo_epi32(a, c));
         _mm256_storeu_si256((__m256i *)(pp[b].qs + 32), _mm256_unpackhi_epi32(a, c));
         pp[b].d[0] = pa[b].d, pp[b].d[1] = pb[b].d;
-        pp[b].corr[0] = pa[b].corr, pp[b].corr[1] = pb[b].corr;
+        pp[b].corr[0] = pa[b].corr, pp[b].corr[1] = pb[b].corr; /* or nsum's bits */
+        pp[b].corr_hi[0] = pa[b].corr_hi, pp[b].corr_hi[1] = pb[b].corr_hi;
     }
 }
 
@@ -289,21 +294,101 @@ static inline uint64_t load_u64(const void *p) {
     return v;
 }
 
+/* Both rows' 8 bytes at p, in every pair of lanes. */
+static inline __m512i x8_pair_bcast(const void *p) { return _mm512_set1_epi64((long long)load_u64(p)); }
+static inline __m512 x8_pair_bcast_ps(const void *p) { return _mm512_castsi512_ps(x8_pair_bcast(p)); }
+
+/* The pair's exact integer sums over groups g0 .. g0 + 4n - 1 (4 or 8
+ * groups; q2 from group g0) plus the corrections in corr (32-bit lanes in
+ * row order), as x8_block_sums and x8_half_sums give them. */
+static inline __attribute__((always_inline)) __m512i x8_pair_sums(const int n, const __m512i *q2,
+                                                                  const x8_pair_prep *pp, int g0,
+                                                                  const int32_t *corr) {
+    __m512i s[4] = {x8_pair_bcast(corr), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+    for (int g = 0; g < 4 * n; g++)
+        s[g % 4] = _mm512_dpbusd_epi32(s[g % 4], q2[g], x8_pair_bcast(pp->qs + X8_PAIR_AT[g0 + g]));
+    return _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]), _mm512_add_epi32(s[2], s[3]));
+}
+
 static inline __attribute__((always_inline)) __m512 x8_pair_block_step(const __m512i q2[8], __m512 dw2,
                                                                        const x8_pair_prep *pp, __m512 acc) {
-    __m512i s0 = _mm512_set1_epi64((long long)load_u64(pp->corr)), s1 = _mm512_setzero_si512(),
-            s2 = _mm512_setzero_si512(), s3 = _mm512_setzero_si512();
-    s0 = _mm512_dpbusd_epi32(s0, q2[0], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[0])));
-    s1 = _mm512_dpbusd_epi32(s1, q2[1], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[1])));
-    s2 = _mm512_dpbusd_epi32(s2, q2[2], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[2])));
-    s3 = _mm512_dpbusd_epi32(s3, q2[3], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[3])));
-    s0 = _mm512_dpbusd_epi32(s0, q2[4], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[4])));
-    s1 = _mm512_dpbusd_epi32(s1, q2[5], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[5])));
-    s2 = _mm512_dpbusd_epi32(s2, q2[6], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[6])));
-    s3 = _mm512_dpbusd_epi32(s3, q2[7], _mm512_set1_epi64((long long)load_u64(pp->qs + X8_PAIR_AT[7])));
-    const __m512i s = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
-    const __m512 da = _mm512_castpd_ps(_mm512_set1_pd(*(const double *)(const void *)pp->d));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw2, da), acc);
+    const __m512i s = x8_pair_sums(2, q2, pp, 0, pp->corr);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw2, x8_pair_bcast_ps(pp->d)), acc);
+}
+
+/* Each 32-bit lane of 8 twice (lane r to lanes 2r and 2r + 1). */
+static inline __m512i x8_pair_dup(__m256i v) { return _mm512_permutexvar_epi32(x8_pair_dup_index(), _mm512_castsi256_si512(v)); }
+static inline __m512 x8_pair_dup_ps(__m256 v) { return _mm512_permutexvar_ps(x8_pair_dup_index(), _mm512_castps256_ps512(v)); }
+
+/* x8k_q4_k_step and x8k_q6_k_step for np pairs (and the last row of an odd
+ * count on its own, x[0], p[0], acc1), block j of a super-block. */
+static inline __attribute__((always_inline)) void x8k_pair_q4_k_step(const int np, const int odd, const uint8_t *blk,
+                                                                     int j, __m256 d, __m256 dmin,
+                                                                     const block_q8_0 *const *x1,
+                                                                     const x8_act_prep *const *p1,
+                                                                     const x8_pair_prep *const *pp, int64_t sb,
+                                                                     __m512 acc2[][2], __m256 acc1[][2]) {
+    const __m256i low = _mm256_set1_epi8(15);
+    __m256i q[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const __m256i v = load256(blk + 16 * X8_ROWS + 256 * (j >> 1) + 32 * c);
+        q[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
+    }
+    __m256i sc, m;
+    x8k_scales_mins(blk, j, &sc, &m);
+    const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+    if (odd) {
+        const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x1[0][sb].qs, 0);
+        acc1[0][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dsc, _mm256_set1_ps(p1[0][sb].d)), acc1[0][0]);
+        acc1[0][1] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(p1[0][sb].nsum), acc1[0][1]);
+    }
+    __m512i q2[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) q2[c] = x8_pair_dup(q[c]);
+    const __m512 dsc2 = x8_pair_dup_ps(dsc), dmn2 = x8_pair_dup_ps(dmn);
+    static const int32_t zero[2] = {0, 0};
+#pragma GCC unroll 4
+    for (int i = 0; i < np; i++) {
+        const x8_pair_prep *a = &pp[i][sb];
+        const __m512i s = x8_pair_sums(2, q2, a, 0, zero);
+        acc2[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dsc2, x8_pair_bcast_ps(a->d)), acc2[i][0]);
+        acc2[i][1] = _mm512_fmadd_ps(dmn2, x8_pair_bcast_ps(a->nsum), acc2[i][1]);
+    }
+}
+
+static inline __attribute__((always_inline)) void x8k_pair_q6_k_step(const int np, const int odd, const uint8_t *blk,
+                                                                     int j, __m256 d, const block_q8_0 *const *x1,
+                                                                     const x8_act_prep *const *p1,
+                                                                     const x8_pair_prep *const *pp, int64_t sb,
+                                                                     __m512 acc2[][2], __m256 acc1[][2]) {
+    __m256i q[8];
+    x86_quants(blk, j, q);
+    const uint8_t *sc = blk + 2 * X8_ROWS + 16 * j;
+    const __m256 dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
+    const __m256 dhi =
+        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
+    if (odd) {
+        const uint8_t *ys = (const uint8_t *)x1[0][sb].qs;
+        const __m256i slo = x8_half_sums(q, ys, p1[0][sb].corr);
+        const __m256i shi = x8_half_sums(q + 4, ys + 16, p1[0][sb].corr_hi);
+        const __m256 da = _mm256_set1_ps(p1[0][sb].d);
+        acc1[0][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(dlo, da), acc1[0][0]);
+        acc1[0][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(dhi, da), acc1[0][1]);
+    }
+    __m512i q2[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) q2[c] = x8_pair_dup(q[c]);
+    const __m512 dlo2 = x8_pair_dup_ps(dlo), dhi2 = x8_pair_dup_ps(dhi);
+#pragma GCC unroll 4
+    for (int i = 0; i < np; i++) {
+        const x8_pair_prep *a = &pp[i][sb];
+        const __m512i slo = x8_pair_sums(1, q2, a, 0, a->corr), shi = x8_pair_sums(1, q2 + 4, a, 4, a->corr_hi);
+        const __m512 da = x8_pair_bcast_ps(a->d);
+        acc2[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(slo), _mm512_mul_ps(dlo2, da), acc2[i][0]);
+        acc2[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(shi), _mm512_mul_ps(dhi2, da), acc2[i][1]);
+    }
 }
 
 /* Lanes r of a (row one) and of b (row two) into lanes 2r and 2r + 1. */
@@ -331,7 +416,6 @@ static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t ty
     const int np = na / 2, odd = na % 2;
     const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
     const uint64_t bb = pkv_x8_block_bytes(type);
-    const __m512i dup = x8_pair_dup_index();
     __m512 acc2[X8_ACT_TILE / 2][2];
     __m256 acc1[2];
 #pragma GCC unroll 4
@@ -342,6 +426,24 @@ static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t ty
                                   : _mm512_setzero_ps();
     for (int h = 0; h < 2; h++)
         acc1[h] = odd && carry_in ? _mm256_loadu_ps(carry_in + (2 * (na - 1) + h) * X8_ROWS) : _mm256_setzero_ps();
+    if (pkv_x8_block_cols(type) == QK_K) {
+        /* super-blocks: the reference's two accumulators, 8 steps each */
+        __m256 acc1k[1][2] = {{acc1[0], acc1[1]}};
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = group + (uint64_t)b * bb;
+            if (prefetch) x8_prefetch(blk, bb);
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            if (type == PKV_TYPE_Q4_K) {
+                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
+                for (int j = 0; j < 8; j++)
+                    x8k_pair_q4_k_step(np, odd, blk, j, d, dmin, x + na - 1, p + na - 1, pp, 8 * b + j, acc2, acc1k);
+            } else {
+                for (int j = 0; j < 8; j++)
+                    x8k_pair_q6_k_step(np, odd, blk, j, d, x + na - 1, p + na - 1, pp, 8 * b + j, acc2, acc1k);
+            }
+        }
+        acc1[0] = acc1k[0][0], acc1[1] = acc1k[0][1];
+    } else {
     /* blocks two at a time, so that the even and odd blocks' accumulators
      * (as in one pass over the row) stay in registers */
     for (int64_t b0 = 0; b0 < nb; b0 += 2) {
@@ -357,11 +459,12 @@ static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t ty
             if (odd) acc1[h] = x8_block_step(type, q, dw, x[na - 1], p[na - 1], b, acc1[h]);
             __m512i q2[8];
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) q2[i] = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(q[i]));
-            const __m512 dw2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(dw));
+            for (int i = 0; i < 8; i++) q2[i] = x8_pair_dup(q[i]);
+            const __m512 dw2 = x8_pair_dup_ps(dw);
 #pragma GCC unroll 4
             for (int i = 0; i < np; i++) acc2[i][h] = x8_pair_block_step(q2, dw2, &pp[i][b], acc2[i][h]);
         }
+    }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < np; i++) {
@@ -482,7 +585,7 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
             x8_prepare(type, x[a], nq, offset, prep + a * nq);
         }
 #ifdef X8_PAIRS
-        const bool pairs = cq == 1 && na >= 2 && nq <= X8_PAIR_MAX_NB;
+        const bool pairs = na >= 2 && nq <= X8_PAIR_MAX_NB;
         const x8_pair_prep *pp[X8_ACT_TILE / 2];
         if (pairs)
             for (int i = 0; i < na / 2; i++) {
@@ -503,7 +606,7 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
 #ifdef X8_PAIRS
                 if (pairs) {
                     const x8_pair_prep *pps[X8_ACT_TILE / 2];
-                    for (int i = 0; i < na / 2; i++) pps[i] = pp[i] + c0;
+                    for (int i = 0; i < na / 2; i++) pps[i] = pp[i] + c0 * cq;
                     for (int64_t g = g0; g < g0 + gn; g++, piece += (uint64_t)cn * bb)
                         x8_pair_tile_of(type, na, cn, piece, xs, ps, pps, ya + g * X8_ROWS, ldy,
                                         first ? NULL : carry[g - g0], last ? NULL : carry[g - g0]);
