@@ -1,6 +1,7 @@
 #include "cache/attention.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 enum {
@@ -147,13 +148,23 @@ typedef struct {
     float *o;     /* [TILE_Q][dv] unnormalised output */
 } tile_scratch;
 
+/* A thread's scratch starts at the next 64-byte boundary of its share (the
+ * callers' buffers come from the heap, 16-byte aligned): the kernels load
+ * and store whole 512-bit rows of o, q and the scores, and a row split
+ * across two cache lines cost the decode step's attention 3% (docs/server.md,
+ * "Measured: concurrent streams"). With dk and dv multiples of 16 every
+ * array below then starts on a boundary too. */
+enum { SCRATCH_ALIGN_FLOATS = 16 };
+
 static size_t per_thread_floats(int dk, int dv) {
     return (size_t)TILE_Q * dk + (size_t)dk * PKV_ATT_BK + (size_t)PKV_ATT_BK * dv + (size_t)TILE_Q * PKV_ATT_BK +
-           3 * (size_t)TILE_Q + (size_t)TILE_Q * dv;
+           3 * (size_t)TILE_Q + (size_t)TILE_Q * dv + SCRATCH_ALIGN_FLOATS;
 }
 
 static tile_scratch scratch_of(float *base, int dk, int dv) {
     tile_scratch t;
+    const uintptr_t a = (uintptr_t)base, align = SCRATCH_ALIGN_FLOATS * sizeof(float);
+    base += ((align - a % align) % align) / sizeof(float);
     t.q = base;
     t.kt = t.q + (size_t)TILE_Q * dk;
     t.vt = t.kt + (size_t)dk * PKV_ATT_BK;
