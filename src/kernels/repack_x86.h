@@ -144,12 +144,9 @@ static inline __attribute__((always_inline)) void x86_quants(const uint8_t *blk,
 /* 32-element block j of Q4_K super-block blk (scales d, dmin) against na
  * activation rows, whose block is sb: scales' terms into acc[a][0], mins'
  * into acc[a][1]. */
-static inline __attribute__((always_inline)) void x8k_q4_k_step(const int na, const uint8_t *blk, int j, __m256 d,
-                                                                __m256 dmin, const block_q8_0 *const *x,
-                                                                const x8_act_prep *const *p, int64_t sb,
-                                                                __m256 acc[][2]) {
+static inline __attribute__((always_inline)) void x8k_q4_k_unpack(const uint8_t *blk, int j, __m256 d, __m256 dmin,
+                                                                  __m256i q[8], __m256 *dsc, __m256 *dmn) {
     const __m256i low = _mm256_set1_epi8(15);
-    __m256i q[8];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         const __m256i v = load256(blk + 16 * X8_ROWS + 256 * (j >> 1) + 32 * c);
@@ -157,7 +154,14 @@ static inline __attribute__((always_inline)) void x8k_q4_k_step(const int na, co
     }
     __m256i sc, m;
     x8k_scales_mins(blk, j, &sc, &m);
-    const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+    *dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    *dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
+}
+
+static inline __attribute__((always_inline)) void x8k_q4_k_rows(const int na, const __m256i q[8], __m256 dsc,
+                                                                __m256 dmn, const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, int64_t sb,
+                                                                __m256 acc[][2]) {
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++) {
         const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x[a][sb].qs, 0);
@@ -166,18 +170,30 @@ static inline __attribute__((always_inline)) void x8k_q4_k_step(const int na, co
     }
 }
 
-/* ... of a Q6_K super-block (scale d): the first 16 elements' terms into
- * acc[a][0], the last 16's into acc[a][1]. */
-static inline __attribute__((always_inline)) void x8k_q6_k_step(const int na, const uint8_t *blk, int j, __m256 d,
-                                                                const block_q8_0 *const *x,
+static inline __attribute__((always_inline)) void x8k_q4_k_step(const int na, const uint8_t *blk, int j, __m256 d,
+                                                                __m256 dmin, const block_q8_0 *const *x,
                                                                 const x8_act_prep *const *p, int64_t sb,
                                                                 __m256 acc[][2]) {
     __m256i q[8];
+    __m256 dsc, dmn;
+    x8k_q4_k_unpack(blk, j, d, dmin, q, &dsc, &dmn);
+    x8k_q4_k_rows(na, q, dsc, dmn, x, p, sb, acc);
+}
+
+/* ... of a Q6_K super-block (scale d): the first 16 elements' terms into
+ * acc[a][0], the last 16's into acc[a][1]. */
+static inline __attribute__((always_inline)) void x8k_q6_k_unpack(const uint8_t *blk, int j, __m256 d, __m256i q[8],
+                                                                  __m256 *dlo, __m256 *dhi) {
     x86_quants(blk, j, q);
     const uint8_t *sc = blk + 2 * X8_ROWS + 16 * j;
-    const __m256 dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
-    const __m256 dhi =
-        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
+    *dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
+    *dhi = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
+}
+
+static inline __attribute__((always_inline)) void x8k_q6_k_rows(const int na, const __m256i q[8], __m256 dlo,
+                                                                __m256 dhi, const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, int64_t sb,
+                                                                __m256 acc[][2]) {
 #pragma GCC unroll 8
     for (int a = 0; a < na; a++) {
         const uint8_t *ys = (const uint8_t *)x[a][sb].qs;
@@ -187,6 +203,16 @@ static inline __attribute__((always_inline)) void x8k_q6_k_step(const int na, co
         acc[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(dlo, da), acc[a][0]);
         acc[a][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(dhi, da), acc[a][1]);
     }
+}
+
+static inline __attribute__((always_inline)) void x8k_q6_k_step(const int na, const uint8_t *blk, int j, __m256 d,
+                                                                const block_q8_0 *const *x,
+                                                                const x8_act_prep *const *p, int64_t sb,
+                                                                __m256 acc[][2]) {
+    __m256i q[8];
+    __m256 dlo, dhi;
+    x8k_q6_k_unpack(blk, j, d, q, &dlo, &dhi);
+    x8k_q6_k_rows(na, q, dlo, dhi, x, p, sb, acc);
 }
 
 /* The next bytes of a weight stream, X8_PREFETCH_BYTES ahead. */
@@ -329,21 +355,10 @@ static inline __attribute__((always_inline)) void x8k_pair_q4_k_step(const int n
                                                                      const x8_act_prep *const *p1,
                                                                      const x8_pair_prep *const *pp, int64_t sb,
                                                                      __m512 acc2[][2], __m256 acc1[][2]) {
-    const __m256i low = _mm256_set1_epi8(15);
     __m256i q[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; c++) {
-        const __m256i v = load256(blk + 16 * X8_ROWS + 256 * (j >> 1) + 32 * c);
-        q[c] = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low);
-    }
-    __m256i sc, m;
-    x8k_scales_mins(blk, j, &sc, &m);
-    const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)), dmn = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m));
-    if (odd) {
-        const __m256i s = x8_block_sums(PKV_TYPE_Q4_0, q, (const uint8_t *)x1[0][sb].qs, 0);
-        acc1[0][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dsc, _mm256_set1_ps(p1[0][sb].d)), acc1[0][0]);
-        acc1[0][1] = _mm256_fmadd_ps(dmn, _mm256_set1_ps(p1[0][sb].nsum), acc1[0][1]);
-    }
+    __m256 dsc, dmn;
+    x8k_q4_k_unpack(blk, j, d, dmin, q, &dsc, &dmn);
+    if (odd) x8k_q4_k_rows(1, q, dsc, dmn, x1, p1, sb, acc1);
     __m512i q2[8];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) q2[c] = x8_pair_dup(q[c]);
@@ -364,19 +379,9 @@ static inline __attribute__((always_inline)) void x8k_pair_q6_k_step(const int n
                                                                      const x8_pair_prep *const *pp, int64_t sb,
                                                                      __m512 acc2[][2], __m256 acc1[][2]) {
     __m256i q[8];
-    x86_quants(blk, j, q);
-    const uint8_t *sc = blk + 2 * X8_ROWS + 16 * j;
-    const __m256 dlo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)sc))));
-    const __m256 dhi =
-        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + 8)))));
-    if (odd) {
-        const uint8_t *ys = (const uint8_t *)x1[0][sb].qs;
-        const __m256i slo = x8_half_sums(q, ys, p1[0][sb].corr);
-        const __m256i shi = x8_half_sums(q + 4, ys + 16, p1[0][sb].corr_hi);
-        const __m256 da = _mm256_set1_ps(p1[0][sb].d);
-        acc1[0][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(slo), _mm256_mul_ps(dlo, da), acc1[0][0]);
-        acc1[0][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(shi), _mm256_mul_ps(dhi, da), acc1[0][1]);
-    }
+    __m256 dlo, dhi;
+    x8k_q6_k_unpack(blk, j, d, q, &dlo, &dhi);
+    if (odd) x8k_q6_k_rows(1, q, dlo, dhi, x1, p1, sb, acc1);
     __m512i q2[8];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) q2[c] = x8_pair_dup(q[c]);
