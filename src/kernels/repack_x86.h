@@ -220,18 +220,29 @@ static inline __attribute__((always_inline)) void x8_prefetch(const uint8_t *blk
     for (uint64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + X8_PREFETCH_BYTES + o, _MM_HINT_T0);
 }
 
+/* Super-block b of a group's span (prefetched ahead when asked): its scales
+ * d and, for Q4_K, dmin (Q6_K: none). */
+static inline __attribute__((always_inline)) const uint8_t *x8k_super_block(const uint32_t type, const uint8_t *group,
+                                                                            int64_t b, bool prefetch, __m256 *d,
+                                                                            __m256 *dmin) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    const uint8_t *blk = group + (uint64_t)b * bb;
+    if (prefetch) x8_prefetch(blk, bb);
+    *d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+    *dmin = type == PKV_TYPE_Q4_K ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)))
+                                  : _mm256_setzero_ps();
+    return blk;
+}
+
 /* The K-quants' super-blocks of a span into the accumulators, 8 steps each. */
 static inline __attribute__((always_inline)) void x8k_span(const uint32_t type, const int na, int64_t nb,
                                                            const uint8_t *group, const block_q8_0 *const *x,
                                                            const x8_act_prep *const *p, bool prefetch,
                                                            __m256 acc[][2]) {
-    const uint64_t bb = pkv_x8_block_bytes(type);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = group + (uint64_t)b * bb;
-        if (prefetch) x8_prefetch(blk, bb);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        __m256 d, dmin;
+        const uint8_t *blk = x8k_super_block(type, group, b, prefetch, &d, &dmin);
         if (type == PKV_TYPE_Q4_K) {
-            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
             for (int j = 0; j < 8; j++) x8k_q4_k_step(na, blk, j, d, dmin, x, p, 8 * b + j, acc);
         } else {
             for (int j = 0; j < 8; j++) x8k_q6_k_step(na, blk, j, d, x, p, 8 * b + j, acc);
@@ -435,11 +446,9 @@ static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t ty
         /* super-blocks: the reference's two accumulators, 8 steps each */
         __m256 acc1k[1][2] = {{acc1[0], acc1[1]}};
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = group + (uint64_t)b * bb;
-            if (prefetch) x8_prefetch(blk, bb);
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            __m256 d, dmin;
+            const uint8_t *blk = x8k_super_block(type, group, b, prefetch, &d, &dmin);
             if (type == PKV_TYPE_Q4_K) {
-                const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 2 * X8_ROWS)));
                 for (int j = 0; j < 8; j++)
                     x8k_pair_q4_k_step(np, odd, blk, j, d, dmin, x + na - 1, p + na - 1, pp, 8 * b + j, acc2, acc1k);
             } else {
