@@ -178,6 +178,51 @@ TEST(batch_equals_single_steps_qwen2) { check_model(TINY_QWEN); }
 TEST(batch_equals_single_steps_gemma3) { check_model(TINY_GEMMA); }
 
 /* A refused step names the session and why, and leaves every session as it was. */
+/* Sessions whose rows span several 256-row chunks of decode attention: with
+ * prompts of balanced lengths a step's attention runs each tile whole on one
+ * thread, with one prompt far longer than the rest it spreads the chunks over
+ * the threads and merges them in a second pass (src/cache/attention.c,
+ * whole_tiles); either way the logits are those of each session alone, bit
+ * for bit. */
+TEST(batch_long_rows_equal_single_steps) {
+    pkv_error err;
+    pkv_model *m = pkv_model_load(TINY_LLAMA, NULL, &err);
+    REQUIRE_MSG(m, "%s", err.msg);
+    const int nv = pkv_n_vocab(m);
+    static const int lens[2][N_SEQ] = {{300, 310, 600, 620}, {1000, 40, 40, 40}};
+    for (int cfg = 0; cfg < 2; cfg++) {
+        pkv_session *alone[N_SEQ], *batched[N_SEQ];
+        int32_t next[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) {
+            alone[i] = session(m, 1024);
+            batched[i] = session(m, 1024);
+            int32_t toks[1000];
+            prompt_tokens(toks, lens[cfg][i], nv, 7 + (uint32_t)(cfg * N_SEQ + i));
+            REQUIRE_MSG(pkv_prefill(alone[i], toks, lens[cfg][i], NULL, NULL, &err) == 0, "%s", err.msg);
+            REQUIRE_MSG(pkv_prefill(batched[i], toks, lens[cfg][i], NULL, NULL, &err) == 0, "%s", err.msg);
+            next[i] = argmax(pkv_logits(alone[i]), nv);
+        }
+        pkv_batch *b = pkv_batch_new(m, 2, &err);
+        REQUIRE_MSG(b, "%s", err.msg);
+        for (int step = 0; step < 4; step++) {
+            REQUIRE_MSG(pkv_batch_decode(b, batched, next, N_SEQ, &err) == 0, "step %d: %s", step, err.msg);
+            for (int i = 0; i < N_SEQ; i++) {
+                REQUIRE_MSG(pkv_decode(alone[i], next[i], &err) == 0, "%s", err.msg);
+                const float *la = pkv_logits(alone[i]), *lb = pkv_logits(batched[i]);
+                CHECK_MSG(!memcmp(la, lb, (size_t)nv * sizeof *la), "lengths %d..: step %d session %d: logits differ by up to %g",
+                          lens[cfg][0], step, i, max_abs_diff(la, lb, nv));
+                next[i] = argmax(la, nv);
+            }
+        }
+        pkv_batch_free(b);
+        for (int i = 0; i < N_SEQ; i++) {
+            pkv_session_free(alone[i]);
+            pkv_session_free(batched[i]);
+        }
+    }
+    pkv_model_free(m);
+}
+
 TEST(batch_refusals_change_nothing) {
     pkv_error err;
     pkv_model *m = pkv_model_load(TINY_LLAMA, NULL, &err), *other = pkv_model_load(TINY_QWEN, NULL, &err);

@@ -513,14 +513,44 @@ typedef struct {
     int64_t first[BATCH_PASS + 1];
     int n;
     bool merge; /* first[] counts base units (the merge pass), else units */
+    bool whole;  /* first[] counts base units, each run whole: its chunks in turn, then their merge */
 } batch_job;
 
 static void batch_item(void *arg, int64_t unit, int ith) {
     const batch_job *b = arg;
     int i = 0;
     while (unit >= b->first[i + 1]) i++;
-    if (b->merge) merge_item((void *)&b->jobs[i], unit - b->first[i], ith);
-    else tile_item((void *)&b->jobs[i], unit - b->first[i], ith);
+    const tile_job *j = &b->jobs[i];
+    const int64_t u = unit - b->first[i];
+    if (b->whole) {
+        for (int c = 0; c < j->n_chunks; c++) tile_item((void *)j, u * j->n_chunks + c, ith);
+        if (j->n_chunks > 1) merge_item((void *)j, u, ith);
+    } else if (b->merge) {
+        merge_item((void *)j, u, ith);
+    } else {
+        tile_item((void *)j, u, ith);
+    }
+}
+
+/* Whether a pass runs each tile whole (its chunks one after another on one
+ * thread, then their merge) instead of spreading the chunks over the threads
+ * and merging in a second pass: where there are tiles enough to share out
+ * (4 a thread) and none is more than half a thread's share of the rows. The
+ * chunks, their partial sums and the merge are the same either way, so are
+ * the bits; whole, a thread reads a tile's rows as one stream and the pass
+ * needs one fork-join instead of two — 3–9% of Qwen 0.5B's 8-stream step
+ * (docs/server.md, "Measured: concurrent streams"). */
+static bool whole_tiles(const batch_job *b, int n_threads) {
+    int64_t units = 0, rows = 0, largest = 0;
+    for (int i = 0; i < b->n; i++)
+        for (int64_t u = 0; u < base_units(&b->jobs[i]); u++) {
+            tile tl;
+            tile_setup(&b->jobs[i], u, &tl);
+            const int64_t span = tl.row1 - tl.row0;
+            units++, rows += span;
+            if (span > largest) largest = span;
+        }
+    return units >= 4 * (int64_t)n_threads && largest * 2 * n_threads <= rows;
 }
 
 /* The largest per-thread scratch and partials of n one-token calls on layer
@@ -562,6 +592,12 @@ void pkv_attention_batch(const pkv_compute *c, const pkv_kvcache *const *caches,
             j->partials = scratch + (size_t)pkv_pool_size(c->pool) * per_thread + (size_t)i * partials;
             b.first[i + 1] = b.first[i] + base_units(j) * j->n_chunks;
             merge = merge || needs_merge(j, base_units(j));
+        }
+        if (whole_tiles(&b, pkv_pool_size(c->pool))) {
+            b.whole = true;
+            for (int i = 0; i < b.n; i++) b.first[i + 1] = b.first[i] + base_units(&b.jobs[i]);
+            pkv_pool_for(c->pool, b.first[b.n], batch_item, &b);
+            continue;
         }
         pkv_pool_for(c->pool, b.first[b.n], batch_item, &b);
         if (!merge) continue;
