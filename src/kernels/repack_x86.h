@@ -250,30 +250,38 @@ static inline __attribute__((always_inline)) void x8k_span(const uint32_t type, 
     }
 }
 
+/* Legacy block b of a group's span (prefetched ahead when asked): its 8
+ * quant vectors and the 8 rows' scales. */
+static inline __attribute__((always_inline)) void x8_legacy_block(const uint32_t type, const uint8_t *group,
+                                                                  int64_t b, bool prefetch, __m256i q[8],
+                                                                  __m256 *dw) {
+    const uint64_t bb = pkv_x8_block_bytes(type);
+    const uint8_t *blk = group + (uint64_t)b * bb;
+    if (prefetch) x8_prefetch(blk, bb);
+    x8_quants(type, blk, q);
+    *dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+}
+
 /* The legacy blocks of a span into the even and odd blocks' accumulators. */
 static inline __attribute__((always_inline)) void x8_legacy_span(const uint32_t type, const int na, int64_t nb,
                                                                  const uint8_t *group, const block_q8_0 *const *x,
                                                                  const x8_act_prep *const *p, bool prefetch,
                                                                  __m256 acc[][2]) {
-    const uint64_t bb = pkv_x8_block_bytes(type);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const uint8_t *blk = group + (uint64_t)(b + h) * bb;
-            if (prefetch) x8_prefetch(blk, bb);
             __m256i q[8];
-            x8_quants(type, blk, q);
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            __m256 dw;
+            x8_legacy_block(type, group, b + h, prefetch, q, &dw);
 #pragma GCC unroll 8
             for (int a = 0; a < na; a++) acc[a][h] = x8_block_step(type, q, dw, x[a], p[a], b + h, acc[a][h]);
         }
     }
     if (b < nb) {
-        const uint8_t *blk = group + (uint64_t)b * bb;
         __m256i q[8];
-        x8_quants(type, blk, q);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        __m256 dw;
+        x8_legacy_block(type, group, b, false, q, &dw);
 #pragma GCC unroll 8
         for (int a = 0; a < na; a++) acc[a][0] = x8_block_step(type, q, dw, x[a], p[a], b, acc[a][0]);
     }
@@ -421,9 +429,70 @@ static inline __m256 x8_pair_half(__m512 v, int half) {
     return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, v));
 }
 
-/* x8_group_tile for legacy weights and na (2..8) activation rows: na / 2
- * pairs, and the last row of an odd na on its own, over a span of nb blocks.
- * Accumulators, carries and results as x8_group_tile's. */
+/* Legacy block b against np pairs (and, odd, the last row on its own: x1,
+ * p1, acc1) into the even or odd blocks' accumulators h. */
+static inline __attribute__((always_inline)) void x8_pair_legacy_block(const uint32_t type, const int np,
+                                                                       const int odd, const uint8_t *group,
+                                                                       int64_t b, int h, bool prefetch,
+                                                                       const block_q8_0 *const *x1,
+                                                                       const x8_act_prep *const *p1,
+                                                                       const x8_pair_prep *const *pp,
+                                                                       __m512 acc2[][2], __m256 acc1[2]) {
+    __m256i q[8];
+    __m256 dw;
+    x8_legacy_block(type, group, b, prefetch, q, &dw);
+    if (odd) acc1[h] = x8_block_step(type, q, dw, x1[0], p1[0], b, acc1[h]);
+    __m512i q2[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) q2[i] = x8_pair_dup(q[i]);
+    const __m512 dw2 = x8_pair_dup_ps(dw);
+#pragma GCC unroll 4
+    for (int i = 0; i < np; i++) acc2[i][h] = x8_pair_block_step(q2, dw2, &pp[i][b], acc2[i][h]);
+}
+
+/* x8_legacy_span for np pairs and an odd last row: blocks two at a time, so
+ * that the even and odd blocks' accumulators stay in registers. */
+static inline __attribute__((always_inline)) void x8_pair_legacy_span(const uint32_t type, const int np,
+                                                                      const int odd, int64_t nb,
+                                                                      const uint8_t *group,
+                                                                      const block_q8_0 *const *x1,
+                                                                      const x8_act_prep *const *p1,
+                                                                      const x8_pair_prep *const *pp, bool prefetch,
+                                                                      __m512 acc2[][2], __m256 acc1[2]) {
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            x8_pair_legacy_block(type, np, odd, group, b + h, h, prefetch, x1, p1, pp, acc2, acc1);
+    }
+    if (b < nb) x8_pair_legacy_block(type, np, odd, group, b, 0, false, x1, p1, pp, acc2, acc1);
+}
+
+/* x8k_span for np pairs and an odd last row: the reference's two
+ * accumulators, 8 steps a super-block. */
+static inline __attribute__((always_inline)) void x8k_pair_span(const uint32_t type, const int np, const int odd,
+                                                                int64_t nb, const uint8_t *group,
+                                                                const block_q8_0 *const *x1,
+                                                                const x8_act_prep *const *p1,
+                                                                const x8_pair_prep *const *pp, bool prefetch,
+                                                                __m512 acc2[][2], __m256 acc1[2]) {
+    __m256 acc1k[1][2] = {{acc1[0], acc1[1]}};
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 d, dmin;
+        const uint8_t *blk = x8k_super_block(type, group, b, prefetch, &d, &dmin);
+        if (type == PKV_TYPE_Q4_K) {
+            for (int j = 0; j < 8; j++)
+                x8k_pair_q4_k_step(np, odd, blk, j, d, dmin, x1, p1, pp, 8 * b + j, acc2, acc1k);
+        } else {
+            for (int j = 0; j < 8; j++) x8k_pair_q6_k_step(np, odd, blk, j, d, x1, p1, pp, 8 * b + j, acc2, acc1k);
+        }
+    }
+    acc1[0] = acc1k[0][0], acc1[1] = acc1k[0][1];
+}
+
+/* x8_group_tile for na (2..8) activation rows: na / 2 pairs, and the last
+ * row of an odd na on its own, over a span of nb blocks (K-quants:
+ * super-blocks). Accumulators, carries and results as x8_group_tile's. */
 static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t type, const int na, int64_t nb,
                                                                const uint8_t *group, const block_q8_0 *const *x,
                                                                const x8_act_prep *const *p,
@@ -431,7 +500,6 @@ static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t ty
                                                                const float *carry_in, float *carry_out) {
     const int np = na / 2, odd = na % 2;
     const bool prefetch = na >= X8_PREFETCH_MIN_ROWS && (carry_in || carry_out);
-    const uint64_t bb = pkv_x8_block_bytes(type);
     __m512 acc2[X8_ACT_TILE / 2][2];
     __m256 acc1[2];
 #pragma GCC unroll 4
@@ -442,44 +510,9 @@ static inline __attribute__((always_inline)) void x8_pair_tile(const uint32_t ty
                                   : _mm512_setzero_ps();
     for (int h = 0; h < 2; h++)
         acc1[h] = odd && carry_in ? _mm256_loadu_ps(carry_in + (2 * (na - 1) + h) * X8_ROWS) : _mm256_setzero_ps();
-    if (pkv_x8_block_cols(type) == QK_K) {
-        /* super-blocks: the reference's two accumulators, 8 steps each */
-        __m256 acc1k[1][2] = {{acc1[0], acc1[1]}};
-        for (int64_t b = 0; b < nb; b++) {
-            __m256 d, dmin;
-            const uint8_t *blk = x8k_super_block(type, group, b, prefetch, &d, &dmin);
-            if (type == PKV_TYPE_Q4_K) {
-                for (int j = 0; j < 8; j++)
-                    x8k_pair_q4_k_step(np, odd, blk, j, d, dmin, x + na - 1, p + na - 1, pp, 8 * b + j, acc2, acc1k);
-            } else {
-                for (int j = 0; j < 8; j++)
-                    x8k_pair_q6_k_step(np, odd, blk, j, d, x + na - 1, p + na - 1, pp, 8 * b + j, acc2, acc1k);
-            }
-        }
-        acc1[0] = acc1k[0][0], acc1[1] = acc1k[0][1];
-    } else {
-    /* blocks two at a time, so that the even and odd blocks' accumulators
-     * (as in one pass over the row) stay in registers */
-    for (int64_t b0 = 0; b0 < nb; b0 += 2) {
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const int64_t b = b0 + h;
-            if (b == nb) break;
-            const uint8_t *blk = group + (uint64_t)b * bb;
-            if (prefetch) x8_prefetch(blk, bb);
-            __m256i q[8];
-            x8_quants(type, blk, q);
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
-            if (odd) acc1[h] = x8_block_step(type, q, dw, x[na - 1], p[na - 1], b, acc1[h]);
-            __m512i q2[8];
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) q2[i] = x8_pair_dup(q[i]);
-            const __m512 dw2 = x8_pair_dup_ps(dw);
-#pragma GCC unroll 4
-            for (int i = 0; i < np; i++) acc2[i][h] = x8_pair_block_step(q2, dw2, &pp[i][b], acc2[i][h]);
-        }
-    }
-    }
+    if (pkv_x8_block_cols(type) == QK_K)
+        x8k_pair_span(type, np, odd, nb, group, x + na - 1, p + na - 1, pp, prefetch, acc2, acc1);
+    else x8_pair_legacy_span(type, np, odd, nb, group, x + na - 1, p + na - 1, pp, prefetch, acc2, acc1);
 #pragma GCC unroll 4
     for (int i = 0; i < np; i++) {
         if (carry_out) {
