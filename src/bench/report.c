@@ -77,6 +77,7 @@ void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
         fputs("|\n", out);
     }
     /* paired streams: what each repetition's two runs give against each other */
+    bool paired = false;
     for (int i = 0; i < n; i++) {
         const pkv_bench_result *x = &r[i];
         if (x->paired_ratio.n == 0) continue;
@@ -84,12 +85,9 @@ void pkv_bench_print_table(FILE *out, const pkv_bench_result *r, int n) {
                      "%d repetitions)",
                 x->test, x->press, x->n_streams, x->paired_ratio.median, x->paired_ratio.min, x->paired_ratio.max,
                 x->paired_ratio.n);
+        paired = true;
     }
-    for (int i = 0; i < n; i++)
-        if (r[i].paired_ratio.n > 0) {
-            fputc('\n', out);
-            break;
-        }
+    if (paired) fputc('\n', out);
 }
 
 static const char *const CSV_COLUMNS[] = {

@@ -552,9 +552,8 @@ int pkv_bench_streams_paired(pkv_model *m, const pkv_bench_opts *o, int n_seq, i
         /* the two runs of a repetition in turns, one first in even repetitions and the other in odd,
          * so a drift of the machine's speed within a repetition favours neither */
         for (int turn = 0; turn < 2; turn++) {
-            const int alone = (turn + (r < 0 ? 0 : r)) % 2 == 0;
-            if (restore_all(d, src, n_seq, err) ||
-                stream_steps(d, alone ? 1 : n_seq, b, m, &rng, steps, &sec[alone ? 0 : 1], err))
+            const int alone = (turn + (r < 0 ? 0 : r)) % 2 == 0, n_run = alone ? 1 : n_seq;
+            if (restore_all(d, src, n_run, err) || stream_steps(d, n_run, b, m, &rng, steps, &sec[alone ? 0 : 1], err))
                 goto done;
         }
         if (r < 0) continue;

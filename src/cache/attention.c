@@ -590,14 +590,12 @@ void pkv_attention_batch(const pkv_compute *c, const pkv_kvcache *const *caches,
             j->scratch = scratch;
             j->per_thread = per_thread;
             j->partials = scratch + (size_t)pkv_pool_size(c->pool) * per_thread + (size_t)i * partials;
-            b.first[i + 1] = b.first[i] + base_units(j) * j->n_chunks;
-            merge = merge || needs_merge(j, base_units(j));
         }
-        if (whole_tiles(&b, pkv_pool_size(c->pool))) {
-            b.whole = true;
-            for (int i = 0; i < b.n; i++) b.first[i + 1] = b.first[i] + base_units(&b.jobs[i]);
-            pkv_pool_for(c->pool, b.first[b.n], batch_item, &b);
-            continue;
+        b.whole = whole_tiles(&b, pkv_pool_size(c->pool));
+        for (int i = 0; i < b.n; i++) {
+            const tile_job *j = &b.jobs[i];
+            b.first[i + 1] = b.first[i] + base_units(j) * (b.whole ? 1 : j->n_chunks);
+            merge = merge || (!b.whole && needs_merge(j, base_units(j)));
         }
         pkv_pool_for(c->pool, b.first[b.n], batch_item, &b);
         if (!merge) continue;
