@@ -42,6 +42,8 @@ static const char BENCH_USAGE[] =
     "                       the same for keys or for values alone (-ctk, -ctv)\n"
     "      --residual-type T  how prefills keep their residual stream between layers: f32 (default),\n"
     "                       f16 or q8_0 (half or a quarter of a long prefill's activations)\n"
+    "      --residual-spill DIR  keep a long prefill's residual stream in a file in DIR between layers\n"
+    "                       (on disk, not tmpfs; the same bits; read and written once a layer)\n"
     "      --seed S         seed of the random tokens\n"
     "      --simd S         auto (default), scalar, avx2, avx512\n"
     "      --gguf-layout    keep the weights in the file's row layout, not interleaved for decode\n"
@@ -172,6 +174,7 @@ static const cli_flag BENCH_FLAGS[] = {
     {"--membw-size", NULL, CLI_SIZE, offsetof(bench_args, membw_size), 0, 0, NULL},
     {"--mem", NULL, CLI_SIZE, offsetof(bench_args, mem_cap), 0, 0, NULL},
     {"--residual-type", NULL, CLI_RESIDUAL_TYPE, offsetof(bench_args, o.residual_type), 0, 0, NULL},
+    {"--residual-spill", NULL, CLI_TEXT, offsetof(bench_args, o.residual_spill_dir), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -11,13 +11,14 @@
 static const char PPL_USAGE[] =
     "usage: promptkv perplexity -m MODEL -f FILE [-c N_CTX] [-t THREADS] [--chunks N]\n"
     "                           [--cache-type T] [--cache-type-k T] [--cache-type-v T]\n"
-    "                           [-b N_BATCH] [--residual-type T]\n"
+    "                           [-b N_BATCH] [--residual-type T] [--residual-spill DIR]\n"
     "\n"
     "Perplexity of a text, computed like llama-perplexity (chunks of N_CTX tokens, default 512,\n"
     "second half of each chunk scored). Needs at least 2 x N_CTX tokens. Cache types T: f16 (default),\n"
     "f32, q8_0, q4_0 (--cache-type sets keys and values; q8_0 and q4_0 need head sizes divisible by 32).\n"
     "-b: the prefill chunk (default 512); --residual-type f32 (default), f16 or q8_0: how a chunk of\n"
-    "N_CTX > N_BATCH tokens keeps its residual stream between layers (docs/compression.md).\n";
+    "N_CTX > N_BATCH tokens keeps its residual stream between layers, and --residual-spill DIR keeps it\n"
+    "in a file in DIR instead of memory (docs/compression.md).\n";
 
 static void show_chunk(void *user, int chunk, double ppl) {
     (void)user;
@@ -49,6 +50,8 @@ int cmd_perplexity(int argc, char **argv) {
             so.n_batch = (int)n;
         } else if (!strcmp(f, "--residual-type")) {
             if (!cli_residual_type(cmd, f, v, &so.residual_type)) return EXIT_USAGE;
+        } else if (!strcmp(f, "--residual-spill")) {
+            so.residual_spill_dir = v;
         } else if (!strcmp(f, "--chunks")) {
             if (!cli_int(cmd, f, v, 1, 1 << 20, &max_chunks)) return EXIT_USAGE;
         } else if (!strcmp(f, "--cache-type")) {

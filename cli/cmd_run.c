@@ -43,6 +43,8 @@ static const char RUN_USAGE[] =
     "      --residual-type T how a long prompt's prefill keeps its residual stream between layers: f32\n"
     "                        (default), f16 or q8_0 (half or a quarter of its activations, for one\n"
     "                        rounding per layer; docs/compression.md)\n"
+    "      --residual-spill DIR keep that stream in a file in DIR between layers instead of memory (on\n"
+    "                        disk, not tmpfs; the same bits; read and written once a layer)\n"
     "  -q, --question TEXT   a question appended after the prompt; with --mode query_agnostic the\n"
     "                        prompt is compressed first and the question fed on top (kvpress's protocol)\n"
     "      --question-file F read the question from a file\n"
@@ -97,6 +99,7 @@ static const cli_flag RUN_FLAGS[] = {
     {"--min-p", NULL, CLI_FLOAT, offsetof(run_args, sampling.min_p), 0.0, 1.0, NULL},
     {"--seed", NULL, CLI_U64, offsetof(run_args, sampling.seed), 0, 0, NULL},
     {"--residual-type", NULL, CLI_RESIDUAL_TYPE, offsetof(run_args, sopts.residual_type), 0, 0, NULL},
+    {"--residual-spill", NULL, CLI_TEXT, offsetof(run_args, sopts.residual_spill_dir), 0, 0, NULL},
     {NULL, NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -36,6 +36,8 @@ static const char SERVE_USAGE[] =
     "      --kv-mem SIZE       KV cache all running requests may reserve, e.g. 4G (default 4G)\n"
     "      --residual-type T   how a long prompt's prefill keeps its residual stream between layers:\n"
     "                          f32 (default), f16 or q8_0 (less memory for one rounding per layer)\n"
+    "      --residual-spill DIR  keep it in a file in DIR between layers instead (on disk, not tmpfs;\n"
+    "                          the same bits; read and written once a layer)\n"
     "      --ctx-mem SIZE      memory all stored contexts may hold (default 1G; the least recently used\n"
     "                          goes first)\n"
     "      --ctx-dir DIR       keep stored contexts as saved caches in DIR and reload them at start\n"
@@ -97,6 +99,7 @@ static const cli_flag SERVE_FLAGS[] = {
     {"--timeout", NULL, CLI_UINT, OPT(idle_timeout), 1, 86400, NULL},
     {"--kv-mem", NULL, CLI_SIZE, OPT(kv_mem), 0, 0, positive_size},
     {"--residual-type", NULL, CLI_RESIDUAL_TYPE, OPT(residual_type), 0, 0, NULL},
+    {"--residual-spill", NULL, CLI_TEXT, OPT(residual_spill_dir), 0, 0, NULL},
     {"--ctx-mem", NULL, CLI_SIZE, OPT(ctx_mem), 0, 0, positive_size},
     {"--ctx-dir", NULL, CLI_TEXT, OPT(ctx_dir), 0, 0, NULL},
     {"--max-body", NULL, CLI_SIZE, OPT(max_body), 0, 0, body_size},

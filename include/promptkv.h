@@ -332,6 +332,13 @@ typedef struct {
     pkv_cache_type cache_type_v; /* and values */
     uint64_t mem_cap_bytes;   /* 0: no cap; else KV cache + activations may not exceed it (PKV_ERR_LIMIT) */
     pkv_residual_type residual_type; /* a long prefill's residual stream between layers (default f32) */
+    /* NULL: that stream stays in memory. A directory on disk: a prefill longer
+     * than n_batch keeps it there between layers, in an unnamed file read and
+     * written once a layer (in residual_type; f32 gives the same bits as in
+     * memory), so memory no longer grows by n_embd values a prompt token
+     * (docs/compression.md "The residual stream on disk"). The session keeps
+     * its own copy of the name. */
+    const char *residual_spill_dir;
     /* One prefill, many presses (docs/evaluation.md §5): keep, for every
      * full-attention layer, the queries of the last keep_press_window tokens of
      * each prefill (and per-row attention sums for h2o), so pkv_session_copy

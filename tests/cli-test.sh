@@ -112,6 +112,18 @@ expect perplexity_residual_type_unknown 2 "--residual-type must be f32, f16 or q
     "$bin" perplexity -m tests/fixtures/models/tiny-qwen2-f32.gguf -f "$tmp/ff.txt" --residual-type bf16
 expect run_residual_type_unknown 2 "--residual-type must be f32, f16 or q8_0, got 'q4_0'" -- \
     "$bin" run -m tests/fixtures/models/tiny-qwen2-f32.gguf -p hi --residual-type q4_0
+# --residual-spill DIR: the f32 stream kept in a file gives the same perplexity to the last digit, the
+# f16 stream spilled the f16 one's; the directory is left empty (in the working tree: /tmp may be tmpfs)
+spill=$(mktemp -d pkv-spill-cli-XXXXXX)
+ps32=$(ppl_of --residual-spill "$spill") ps16=$(ppl_of --residual-spill "$spill" --residual-type f16)
+if [ -n "$p32" ] && [ "$ps32" = "$p32" ] && [ "$ps16" = "$p16" ] && [ -z "$(ls -A "$spill")" ]; then
+    pass=$((pass + 1)); echo "ok   cli_perplexity_residual_spill"
+else fail=$((fail + 1)); echo "FAIL cli_perplexity_residual_spill: ppl $ps32 / $ps16 spilled, $p32 / $p16 not"; fi
+rmdir "$spill"
+expect run_residual_spill_missing 1 "spill directory $tmp/none: No such file or directory" -- \
+    "$bin" run -m tests/fixtures/models/tiny-qwen2-f32.gguf -p hi --residual-spill "$tmp/none"
+expect run_residual_spill_file 1 "spill directory $tiny: not a directory" -- \
+    "$bin" run -m tests/fixtures/models/tiny-qwen2-f32.gguf -p hi --residual-spill "$tiny"
 
 # NaN weights pass the load checks; every step's logits are NaN: a clean
 # error naming the step in every sampling mode, never a token

@@ -18,7 +18,8 @@
 #   llama1b-vs-llamacpp-d16k llama-bench -d 16384 -p 0 -n 32 (full cache) against promptkv none and snapkv
 #   gemma-depths             Gemma: the same curve from 1K to 32K
 #   gemma-mem, llama1b-mem   longest prompt whose cache + activations fit in MEM_CAP, snapkv vs none
-#   llama1b-mem-lean         the same for snapkv with Q8_0 rows and an f16 or Q8_0 residual stream, and
+#   llama1b-mem-lean         the same for snapkv with Q8_0 rows and an f16 or Q8_0 residual stream, with
+#                            f16 or Q8_0 rows and the f32 residual stream spilled to a file in OUT, and
 #                            llama.cpp's full f16 cache (tools/llamacpp-memfit.sh; LLAMA_BENCH) at the same probes
 #   gemma-roofline, qwen05-roofline, llama1b-roofline  tg64 from an empty cache as a fraction of the bandwidth bound
 #   decode-layout            tg64 of the three models with the weights interleaved at load and with --gguf-layout,
@@ -198,6 +199,11 @@ step_llama1b-mem-lean() {
     for r in f16 q8_0; do
         run "llama1b-mem-lean-$r" "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" \
             --mem-probe 2048,4096 --presses snapkv:budget=1024 --cache-type q8_0 --residual-type "$r"
+    done
+    # the f32 residual stream in a spill file on disk (OUT: a directory on disk, not tmpfs)
+    for c in f16 q8_0; do
+        run "llama1b-mem-spill-$c" "$PROMPTKV" bench -m "$L1B" -p 0 -n 0 -t "$THREADS" --mem "$MEM_CAP" \
+            --mem-probe 2048,4096 --presses snapkv:budget=1024 --cache-type "$c" --residual-spill "$OUT"
     done
     if [ -n "${LLAMA_BENCH:-}" ]; then
         run llama1b-mem-llamacpp tools/llamacpp-memfit.sh "$LLAMA_BENCH" "$L1B" 2048 4096 \

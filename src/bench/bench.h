@@ -35,6 +35,7 @@ typedef struct {
     pkv_cache_type cache_type_k; /* how the sessions' caches store keys and values */
     pkv_cache_type cache_type_v;
     pkv_residual_type residual_type; /* how prefills keep their residual stream (pkv_session_opts) */
+    const char *residual_spill_dir;  /* and where (pkv_session_opts; NULL: in memory) */
     double mem_bw;          /* bytes/s of memory reads with n_threads (pkv_bench_membw); 0: unknown */
     /* Reads the memory bandwidth now (bytes/s), before each decode
      * repetition and after the last, so that each repetition's roofline

@@ -40,6 +40,7 @@ pkv_session *pkv_bench_session_new(pkv_model *m, const pkv_bench_opts *o, int n_
     so.cache_type_k = o->cache_type_k;
     so.cache_type_v = o->cache_type_v;
     so.residual_type = o->residual_type;
+    so.residual_spill_dir = o->residual_spill_dir;
     pkv_model_info info;
     pkv_model_get_info(m, &info);
     so.n_ctx = info.n_ctx_train > n_tokens ? info.n_ctx_train : n_tokens;

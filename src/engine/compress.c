@@ -23,7 +23,7 @@ uint64_t pkv_session_work_bytes(const pkv_session *s) {
                        (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) + 2 * (uint64_t)hp->n_ff + 1;
     uint64_t b = (uint64_t)w->n_tok_cap * per_tok * sizeof(float) + w->act_bytes;
     b += (uint64_t)w->hidden_cap * hp->n_embd * sizeof(float);
-    b += (uint64_t)w->packed_cap * (w->packed_row + 1);
+    b += (uint64_t)w->packed_cap * w->packed_row + (uint64_t)w->exp_cap;
     b += w->logit_rows ? (uint64_t)PKV_LOGIT_ROWS * hp->n_vocab * sizeof(float) : 0;
     b += w->attn_scratch_cap * sizeof(float) + s->arena.peak;
     for (int il = 0; il < hp->n_layer; il++) {

@@ -17,7 +17,7 @@
 #include "base/error.h"
 #include "cache/attention.h"
 #include "engine/forward.h"
-#include "engine/residual.h"
+#include "engine/stream.h"
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -65,6 +65,7 @@ void pkv_work_free(pkv_work *w) {
     free(w->hidden);
     free(w->packed);
     free(w->packed_exp);
+    pkv_spill_close(&w->spill);
     free(w->logit_rows);
     free(w->inv_freq_global);
     free(w->inv_freq_local);
@@ -72,80 +73,19 @@ void pkv_work_free(pkv_work *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* ---------------------------------------------------------------- the call's residual stream
- *
- * Layer-major, the residual stream of every token of the call is alive
- * between layers: n_embd floats per token, the largest thing a long pressed
- * prefill holds (docs/compression.md, "The longest prompt that fits a memory
- * cap"). With opts.residual_type f16 or q8_0, a call longer than one chunk
- * keeps it in that type between layers instead (w->packed: engine/residual.h;
- * f16 with a power-of-two scale per token, since Qwen2's outlier channels
- * reach the thousands), and only the chunk being computed is f32 (w->hidden).
- * What is lost is one rounding per layer: f16's relative 2^-11, or Q8_0's
- * blocks, the quantiser every matmul already applies to its inputs
- * (docs/compression.md measures what each does to perplexity). */
-
 static pkv_layer_ctx ctx_of(pkv_session *s) { return (pkv_layer_ctx){s->model, &s->comp, &s->work}; }
 
-static bool packed_call(const pkv_session *s, int n) {
-    return s->opts.residual_type != PKV_RESIDUAL_F32 && n > s->opts.n_batch;
-}
-
-/* Rows of the residual stream as the call needs them: n rows f32, or a chunk
- * of f32 rows and n packed ones. */
-static int ensure_hidden(pkv_session *s, int n, pkv_error *err) {
-    pkv_work *w = &s->work;
-    w->packed_n = 0;
-    int f32_rows = n;
-    if (packed_call(s, n)) {
-        w->packed_row = pkv_residual_row_bytes(s->opts.residual_type, s->model->hp.n_embd);
-        f32_rows = s->opts.n_batch > PKV_LOGIT_ROWS ? s->opts.n_batch : PKV_LOGIT_ROWS;
-        if (w->packed_cap < n) {
-            if (pkv_work_grow((void **)&w->packed, (size_t)n * w->packed_row, err) ||
-                pkv_work_grow((void **)&w->packed_exp, (size_t)n * sizeof(int8_t), err))
-                return -1;
-            w->packed_cap = n;
-        }
-        w->packed_n = n;
-    }
-    if (w->hidden_cap >= f32_rows) return 0;
-    if (pkv_work_grow((void **)&w->hidden, (size_t)f32_rows * s->model->hp.n_embd * sizeof(float), err)) return -1;
-    w->hidden_cap = f32_rows;
-    return 0;
-}
-
-/* Rows [r0, r0 + nr) of the residual stream as f32: in place, or unpacked into w->hidden. */
-static float *residual_rows(pkv_session *s, int r0, int nr) {
-    pkv_work *w = &s->work;
-    int64_t d = s->model->hp.n_embd;
-    if (!w->packed_n) return w->hidden + r0 * d;
-    for (int r = 0; r < nr; r++)
-        pkv_residual_unpack_row(s->comp.kern, s->opts.residual_type, w->packed + (size_t)(r0 + r) * w->packed_row,
-                                w->packed_exp[r0 + r], d, w->hidden + r * d);
-    return w->hidden;
-}
-
-/* Rows [r0, r0 + nr) back into the packed stream after a layer changed them
- * (nothing to do when the stream is f32: they were changed in place). */
-static void residual_keep(pkv_session *s, int r0, int nr) {
-    pkv_work *w = &s->work;
-    int64_t d = s->model->hp.n_embd;
-    if (!w->packed_n) return;
-    for (int r = 0; r < nr; r++)
-        w->packed_exp[r0 + r] = (int8_t)pkv_residual_pack_row(s->comp.kern, s->opts.residual_type, w->hidden + r * d, d,
-                                                              w->packed + (size_t)(r0 + r) * w->packed_row);
-}
-
-/* The call's token embeddings as its residual stream. */
-static void embed_call(pkv_session *s, const int32_t *tokens, int n) {
+/* The call's token embeddings as its residual stream (engine/stream.h). */
+static int embed_call(pkv_session *s, const int32_t *tokens, int n, pkv_error *err) {
     pkv_layer_ctx c = ctx_of(s);
     int step = s->work.packed_n ? s->opts.n_batch : n;
     for (int r0 = 0; r0 < n; r0 += step) {
         int nr = n - r0 < step ? n - r0 : step;
         float *rows = s->work.packed_n ? s->work.hidden : s->work.hidden + (int64_t)r0 * s->model->hp.n_embd;
         pkv_embed_rows(&c, tokens + r0, nr, rows);
-        residual_keep(s, r0, nr);
+        if (pkv_stream_keep(s, r0, nr, err)) return -1;
     }
+    return 0;
 }
 
 int pkv_work_attn_scratch(pkv_work *w, size_t need, pkv_error *err) {
@@ -298,7 +238,7 @@ static int prepare_call(pkv_session *s, const int32_t *tokens, int n, bool every
     int chunk_cap = n < s->opts.n_batch ? n : s->opts.n_batch;
     if (pkv_work_reserve(s->model, s->pool, &s->work, chunk_cap < PKV_LOGIT_ROWS ? PKV_LOGIT_ROWS : chunk_cap, err))
         return -1;
-    if (ensure_hidden(s, n, err)) return -1;
+    if (pkv_stream_open(s, n, err)) return -1;
     if (every_row && !s->work.logit_rows &&
         pkv_work_grow((void **)&s->work.logit_rows, (size_t)PKV_LOGIT_ROWS * hp->n_vocab * sizeof(float), err))
         return -1;
@@ -325,13 +265,14 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
     for (int c0 = 0; c0 < n; c0 += n_batch) {
         int nc = n - c0 < n_batch ? n - c0 : n_batch;
         for (int t = 0; t < nc; t++) w->pos[t] = s->n_pos + c0 + t;
-        float *x = residual_rows(s, c0, nc);
+        float *x = pkv_stream_rows(s, c0, nc, err);
+        if (!x) return -1;
         if (attention_block(s, il, x, w->pos, nc, probe && probe->acc_rows ? probe->acc : NULL, probe, err)) return -1;
         if (probe) pkv_probe_capture(probe, hp, w->q, w->pos, c0, nc);
         /* a reconstruction pass: the press scores the context by these queries */
         if (s->recon && pkv_layer_is_full(s->model, il) && pkv_recon_observe(s, il, w->q, c0, nc, err)) return -1;
         pkv_layer_ffn(&c, il, x, nc);
-        residual_keep(s, c0, nc);
+        if (pkv_stream_keep(s, c0, nc, err)) return -1;
         /* sliding-window layers keep only what the next chunk can see */
         pkv_kvcache_trim_window(&s->cache, il, s->n_pos + c0 + nc);
         if (s->opts.between_chunks) s->opts.between_chunks(s->opts.between_chunks_user);
@@ -340,42 +281,32 @@ static int layer(pkv_session *s, int il, int n, pkv_layer_probe *probe, pkv_erro
 }
 
 /* The last token's logits into s->logits; with row_fn, every token's to it. */
-static void output_logits(pkv_session *s, int n, pkv_row_logits_fn row_fn, void *user) {
+static int output_logits(pkv_session *s, int n, pkv_row_logits_fn row_fn, void *user, pkv_error *err) {
     const pkv_hparams *hp = &s->model->hp;
     pkv_work *w = &s->work;
     pkv_layer_ctx c = ctx_of(s);
     if (!row_fn) {
-        pkv_layer_logits(&c, residual_rows(s, n - 1, 1), 1, s->logits);
-        return;
+        const float *last = pkv_stream_rows(s, n - 1, 1, err);
+        if (!last) return -1;
+        pkv_layer_logits(&c, last, 1, s->logits);
+        return 0;
     }
     for (int r0 = 0; r0 < n; r0 += PKV_LOGIT_ROWS) {
         int nr = n - r0 < PKV_LOGIT_ROWS ? n - r0 : PKV_LOGIT_ROWS;
-        pkv_layer_logits(&c, residual_rows(s, r0, nr), nr, w->logit_rows);
+        const float *rows = pkv_stream_rows(s, r0, nr, err);
+        if (!rows) return -1;
+        pkv_layer_logits(&c, rows, nr, w->logit_rows);
         for (int r = 0; r < nr; r++) row_fn(user, r0 + r, w->logit_rows + (int64_t)r * hp->n_vocab);
     }
     memcpy(s->logits, w->logit_rows + (int64_t)((n - 1) % PKV_LOGIT_ROWS) * hp->n_vocab,
            (size_t)hp->n_vocab * sizeof(float));
+    return 0;
 }
 
-/* A long prompt's residual stream and press scratch are not needed by decode: give them back. */
-static void release_call_buffers(pkv_session *s) {
-    pkv_work *w = &s->work;
-    if (w->hidden_cap > s->opts.n_batch) {
-        free(w->hidden);
-        w->hidden = NULL;
-        w->hidden_cap = 0;
-    }
-    free(w->packed);
-    free(w->packed_exp);
-    w->packed = NULL;
-    w->packed_exp = NULL;
-    w->packed_cap = w->packed_n = 0;
-    pkv_arena_free(&s->arena);
-}
-
-int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
-                const pkv_probe_cfg *probe_cfg, pkv_row_logits_fn row_fn, void *user, pkv_compress_stats *stats,
-                pkv_error *err) {
+/* The pass (pkv_forward gives its buffers back, whether it failed or not). */
+static int forward_call(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
+                        const pkv_probe_cfg *probe_cfg, pkv_row_logits_fn row_fn, void *user,
+                        pkv_compress_stats *stats, pkv_error *err) {
     if (stats) memset(stats, 0, sizeof *stats);
     if (prepare_call(s, tokens, n, row_fn != NULL, err)) return -1;
     if (press && !press->ops) press = NULL;
@@ -383,7 +314,7 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
     s->probes_ok = false;
     s->probe_gen++;
 
-    embed_call(s, tokens, n);
+    if (embed_call(s, tokens, n, err)) return -1;
     /* from here on a failure leaves layers at different lengths: the session needs a reset */
     s->broken = true;
     for (int il = 0; il < s->model->hp.n_layer; il++) {
@@ -394,12 +325,21 @@ int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cf
         if (layer(s, il, n, probe, err)) return -1;
         if (probe && press && pkv_compress_layer(s, probe, press, il, stats, err)) return -1;
     }
-    output_logits(s, n, row_fn, user);
+    if (output_logits(s, n, row_fn, user, err)) return -1;
 
     s->n_pos += n;
     s->broken = false;
     /* the probes describe an uncompressed cache only if no press ran */
     s->probes_ok = pc.window > 0 && !press;
-    release_call_buffers(s);
     return 0;
+}
+
+int pkv_forward(pkv_session *s, const int32_t *tokens, int n, const pkv_press_cfg *press,
+                const pkv_probe_cfg *probe_cfg, pkv_row_logits_fn row_fn, void *user, pkv_compress_stats *stats,
+                pkv_error *err) {
+    int rc = forward_call(s, tokens, n, press, probe_cfg, row_fn, user, stats, err);
+    /* a long prompt's residual stream (and its spill file) and the press's scratch are not needed by decode */
+    pkv_stream_release(s);
+    pkv_arena_free(&s->arena);
+    return rc;
 }

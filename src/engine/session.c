@@ -4,6 +4,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/spill.h"
 #include "engine/compress.h"
 #include "engine/forward.h"
 #include "engine/reconstruct.h"
@@ -48,13 +49,16 @@ pkv_session *pkv_session_new(pkv_model *model, const pkv_session_opts *opts_in, 
                  pkv_residual_type_name(opts.residual_type), hp->n_embd);
         return NULL;
     }
+    if (opts.residual_spill_dir && pkv_spill_check_dir(opts.residual_spill_dir, err)) return NULL;
     pkv_session *s = calloc(1, sizeof *s);
-    if (!s) {
+    if (!s || (opts.residual_spill_dir && !(s->spill_dir = strdup(opts.residual_spill_dir)))) {
+        free(s);
         pkv_fail(err, PKV_ERR_NOMEM, "out of memory");
         return NULL;
     }
     s->model = model;
     s->opts = opts;
+    s->opts.residual_spill_dir = s->spill_dir;
     s->pool = pkv_pool_new(opts.n_threads);
     s->logits = calloc((size_t)hp->n_vocab, sizeof(float));
     s->work.inv_freq_global = calloc((size_t)hp->rope_global.n_rot / 2 + 1, sizeof(float));
@@ -113,6 +117,7 @@ void pkv_session_free(pkv_session *s) {
     pkv_arena_free(&s->arena);
     free(s->logits);
     free(s->tokens);
+    free(s->spill_dir);
     free(s);
 }
 

@@ -9,6 +9,7 @@
 
 #include "base/arena.h"
 #include "base/error.h"
+#include "base/spill.h"
 #include "cache/kvcache.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -26,13 +27,19 @@ typedef struct {
     size_t act_bytes;
     int32_t *pos;
 
-    float *hidden;   /* [n_tokens, n_embd] residual stream of the whole call (layer-major), */
-    int64_t hidden_cap; /* or of the chunk being computed when the call's stream is packed: */
-    uint8_t *packed;    /* [n_tokens] rows of packed_row bytes: the call's residual stream (opts.residual_type) */
-    size_t packed_row;
-    int8_t *packed_exp; /* [n_tokens] each row's power-of-two scale */
-    int64_t packed_cap;
-    int packed_n;       /* rows packed in this call; 0: the stream is f32 */
+    /* The call's residual stream between layers (engine/stream.h): f32 rows
+     * in hidden, or rows of opts.residual_type packed in memory or in a
+     * spill file (opts.residual_spill_dir), hidden then holding the chunk
+     * being computed. */
+    float *hidden;      /* [n_tokens or a chunk, n_embd] */
+    int64_t hidden_cap;
+    int packed_n;       /* rows of the call kept packed or spilled; 0: the stream is f32 in hidden */
+    size_t packed_row;  /* bytes of a kept row */
+    uint8_t *packed;    /* packed rows: all packed_n of them, or with a spill file one chunk's */
+    int64_t packed_cap; /* rows packed holds */
+    int8_t *packed_exp; /* [packed_n] each row's power-of-two scale (f16 rows) */
+    int64_t exp_cap;
+    pkv_spill spill;    /* when open, the rows live in this file */
     float *logit_rows; /* [LOGIT_ROWS, n_vocab] */
     float *inv_freq_global, *inv_freq_local;
     float *attn_scratch; /* per-thread softmax rows */
@@ -65,7 +72,8 @@ typedef struct pkv_recon_memo pkv_recon_memo;
 
 struct pkv_session {
     pkv_model *model;
-    pkv_session_opts opts;
+    pkv_session_opts opts;   /* opts.residual_spill_dir points to spill_dir */
+    char *spill_dir;         /* the session's copy of the spill directory's name, or NULL */
     pkv_pool *pool;
     pkv_compute comp;
     pkv_kvcache cache;

@@ -581,6 +581,7 @@ static int start_slots(server *srv, pkv_error *err) {
     so.session.cache_type_k = o->cache_type_k;
     so.session.cache_type_v = o->cache_type_v;
     so.session.residual_type = o->residual_type;
+    so.session.residual_spill_dir = o->residual_spill_dir;
     return srv_sched_start(&srv->sc, srv->model, &so, err);
 }
 

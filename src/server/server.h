@@ -22,6 +22,7 @@ typedef struct pkv_server_opts {
     pkv_cache_type cache_type_k; /* how the cache stores keys and values */
     pkv_cache_type cache_type_v;
     pkv_residual_type residual_type; /* how a long prompt's prefill keeps its residual stream (default f32) */
+    const char *residual_spill_dir;  /* and where (pkv_session_opts; NULL: in memory) */
     uint64_t kv_mem;           /* KV-cache bytes all running requests may reserve */
     int queue_cap;             /* requests that may wait for a slot */
     double queue_timeout;      /* seconds one may wait */
