@@ -69,31 +69,31 @@ static void drop_behind(pkv_spill *f, int64_t off, int64_t len) {
     f->last_len = len;
 }
 
-int pkv_spill_write(pkv_spill *f, const void *buf, size_t len, int64_t off, pkv_error *err) {
-    const char *p = buf;
+/* All len bytes at off, read or written: pread and pwrite may move fewer. */
+static int transfer(pkv_spill *f, bool write, void *buf, size_t len, int64_t off, pkv_error *err) {
+    char *p = buf;
     for (size_t done = 0; done < len;) {
-        ssize_t r = pwrite(f->fd, p + done, len - done, off + (int64_t)done);
+        ssize_t r = write ? pwrite(f->fd, p + done, len - done, off + (int64_t)done)
+                          : pread(f->fd, p + done, len - done, off + (int64_t)done);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0)
-            return pkv_fail(err, PKV_ERR_IO, "spill file in %s: writing %zu bytes at offset %lld: %s", f->dir, len,
-                            (long long)off, r < 0 ? strerror(errno) : "nothing written");
+            return pkv_fail(err, PKV_ERR_IO, "spill file in %s: %s %zu bytes at offset %lld: %s", f->dir,
+                            write ? "writing" : "reading", len, (long long)off,
+                            r < 0 ? strerror(errno) : write ? "nothing written" : "past its end");
         done += (size_t)r;
     }
+    return 0;
+}
+
+int pkv_spill_write(pkv_spill *f, const void *buf, size_t len, int64_t off, pkv_error *err) {
+    if (transfer(f, true, (void *)buf, len, off, err)) return -1;
     f->bytes_written += len;
     drop_behind(f, off, (int64_t)len);
     return 0;
 }
 
 int pkv_spill_read(pkv_spill *f, void *buf, size_t len, int64_t off, pkv_error *err) {
-    char *p = buf;
-    for (size_t done = 0; done < len;) {
-        ssize_t r = pread(f->fd, p + done, len - done, off + (int64_t)done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return pkv_fail(err, PKV_ERR_IO, "spill file in %s: reading %zu bytes at offset %lld: %s", f->dir, len,
-                            (long long)off, r < 0 ? strerror(errno) : "past its end");
-        done += (size_t)r;
-    }
+    if (transfer(f, false, buf, len, off, err)) return -1;
     /* reading goes in order: the next chunk is asked for now, read while this one is computed */
     posix_fadvise(f->fd, off + (int64_t)len, (int64_t)len, POSIX_FADV_WILLNEED);
     return 0;
