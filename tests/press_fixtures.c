@@ -1,4 +1,4 @@
-/* Helpers shared by the press tests; see press_fixtures.h. */
+/* Helpers shared by the press and session tests; see press_fixtures.h. */
 #include "press_fixtures.h"
 
 #include <stdio.h>
@@ -6,6 +6,13 @@
 #include <string.h>
 
 #include "test.h"
+
+void test_lcg_tokens(int32_t *t, int n, int n_vocab, uint32_t state) {
+    for (int i = 0; i < n; i++) {
+        state = state * 1664525u + 1013904223u;
+        t[i] = 3 + (int32_t)((state >> 8) % (uint32_t)(n_vocab - 3));
+    }
+}
 
 pkv_press_cfg *test_press_cfg(const char *press, const char *const *kv) {
     pkv_error err;

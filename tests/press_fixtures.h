@@ -1,6 +1,6 @@
 /*
- * Helpers shared by the press tests: a press configuration from option pairs,
- * and the layer tensors that tools/make-press-fixtures.py dumps from tiny HF
+ * Helpers shared by the press and session tests: prompts of random tokens, a
+ * press configuration from option pairs, and the layer tensors that tools/make-press-fixtures.py dumps from tiny HF
  * models (tests/fixtures/press/README.md, format "PKVPRS1").
  */
 #ifndef PKV_TEST_PRESS_FIXTURES_H
@@ -10,6 +10,10 @@
 #include <stdint.h>
 
 #include "promptkv.h"
+
+/* n token ids in [3, n_vocab) from a linear congruential generator started
+ * at state: prompts of random tokens, the same on every machine. */
+void test_lcg_tokens(int32_t *t, int n, int n_vocab, uint32_t state);
 
 /* A press with the options of kv, a NULL-terminated list of name, value
  * pairs (kv may be NULL). A failure fails the running test and gives NULL. */

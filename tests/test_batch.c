@@ -21,11 +21,7 @@
 enum { N_SEQ = 4, N_STEPS = 12 };
 
 static void prompt_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
-    uint32_t x = seed * 2654435761u + 7;
-    for (int i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        t[i] = 3 + (int32_t)((x >> 8) % (uint32_t)(n_vocab - 3));
-    }
+    test_lcg_tokens(t, n, n_vocab, seed * 2654435761u + 7);
 }
 
 static pkv_session *session(pkv_model *m, int n_ctx) {
@@ -177,7 +173,6 @@ TEST(batch_equals_single_steps_interleaved_q8_0_q5_0) {
 TEST(batch_equals_single_steps_qwen2) { check_model(TINY_QWEN); }
 TEST(batch_equals_single_steps_gemma3) { check_model(TINY_GEMMA); }
 
-/* A refused step names the session and why, and leaves every session as it was. */
 /* Sessions whose rows span several 256-row chunks of decode attention: with
  * prompts of balanced lengths a step's attention runs each tile whole on one
  * thread, with one prompt far longer than the rest it spreads the chunks over
@@ -223,6 +218,7 @@ TEST(batch_long_rows_equal_single_steps) {
     pkv_model_free(m);
 }
 
+/* A refused step names the session and why, and leaves every session as it was. */
 TEST(batch_refusals_change_nothing) {
     pkv_error err;
     pkv_model *m = pkv_model_load(TINY_LLAMA, NULL, &err), *other = pkv_model_load(TINY_QWEN, NULL, &err);

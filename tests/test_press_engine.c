@@ -15,11 +15,7 @@ static const char *LLAMA = "tests/fixtures/models/tiny-llama-f32.gguf";
 static const char *GEMMA = "tests/fixtures/models/tiny-gemma3-f32.gguf";
 
 static void prompt_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
-    uint32_t x = seed * 2654435761u + 1;
-    for (int i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        t[i] = 3 + (int32_t)((x >> 8) % (uint32_t)(n_vocab - 3));
-    }
+    test_lcg_tokens(t, n, n_vocab, seed * 2654435761u + 1);
 }
 
 

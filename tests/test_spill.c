@@ -36,14 +36,6 @@ static int entries(const char *dir) {
     return n;
 }
 
-static void prompt_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
-    uint32_t x = seed;
-    for (int i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        t[i] = 3 + (int32_t)((x >> 8) % (uint32_t)(n_vocab - 3));
-    }
-}
-
 /* Chunks written and read back at their offsets, out of order, are what was
  * written; the file has no name in the directory, open or closed. */
 TEST(spill_file_round_trip) {
@@ -173,7 +165,7 @@ TEST(model_residual_spill_same_bits) {
         pkv_model *m = pkv_model_load(path, NULL, &err);
         REQUIRE_MSG(m, "%s", err.msg);
         int nv = pkv_n_vocab(m);
-        prompt_tokens(toks, N, nv, 7 + (uint32_t)mi);
+        test_lcg_tokens(toks, N, nv, 7 + (uint32_t)mi);
         size_t floats = (size_t)(N + STEPS) * nv;
         float *mem = malloc(floats * sizeof(float)), *disk = malloc(floats * sizeof(float));
         REQUIRE(mem && disk);
@@ -222,7 +214,7 @@ TEST(model_residual_spill_write_fails) {
     pkv_session *s = pkv_session_new(m, &so, &err);
     REQUIRE_MSG(s, "%s", err.msg);
     int32_t toks[100];
-    prompt_tokens(toks, 100, pkv_n_vocab(m), 3);
+    test_lcg_tokens(toks, 100, pkv_n_vocab(m), 3);
     struct rlimit old, small = {4096, 4096};
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
