@@ -104,14 +104,16 @@ static float dequant_dot(const pkv_kernels *sk, uint32_t type, const uint8_t *w,
 /* The vector kernel against its scalar reference, bit for bit, for 1..9
  * activation rows at once (every row's result as when it is alone), block
  * counts odd and even, random and extreme quants, rows short enough for one
- * span of 24 blocks and rows of several spans (an odd last span at K = 2080),
- * over one run and a part (9 groups) or two and a part (19 groups); and the
- * reference against the GGUF rows'
- * vec_dot within float rounding. */
+ * span of 24 blocks and rows of several spans (an odd last span at K = 2080;
+ * at K = 8224 too many blocks for the AVX-512 kernel's pairs), over one run
+ * and a part (9 groups) or two and a part (19 groups), with the activations
+ * prepared by the kernel itself and beforehand (matvec_x8_prepare, into a
+ * buffer of garbage); and the reference against the GGUF rows' vec_dot
+ * within float rounding. */
 TEST(repack_matvec_equals_reference) {
     const pkv_kernels *sk = pkv_kernels_get(PKV_SIMD_SCALAR);
     enum { MAX_ACT = 9 };
-    static const int64_t lengths[] = {32, 96, 896, 1280, 2048, 2080, 4160};
+    static const int64_t lengths[] = {32, 96, 896, 1280, 2048, 2080, 4160, 8224};
     /* K-quants: one super-block, one span of 3 and 4, spans of 3 + 2, 3 x 3 + 1 and Qwen's ffn_down (19) */
     static const int64_t k_lengths[] = {256, 768, 1024, 1280, 2560, 4864};
     uint64_t rng = 5;
@@ -132,6 +134,7 @@ TEST(repack_matvec_equals_reference) {
             float *x = malloc(sizeof(float) * K);
             float *got = malloc(sizeof(float) * MAX_ACT * M), *ref = malloc(sizeof(float) * MAX_ACT * M);
             float *one = malloc(sizeof(float) * M), *wrow = malloc(sizeof(float) * K);
+            uint8_t *prep = malloc(pkv_x8_prep_bytes(K, MAX_ACT));
             for (int rep = 0; rep < 3; rep++) {
                 random_rows(type, K, M, w, &rng, 0.1f, rep);
                 for (int a = 0; a < MAX_ACT; a++) {
@@ -140,14 +143,21 @@ TEST(repack_matvec_equals_reference) {
                 }
                 pkv_x8_repack(type, w, rb, K, M, w8);
                 pkv_matvec_x8_ref(type, K, w8, M, act, ab, MAX_ACT, ref, M);
-                for (int n_act = 1; n_act <= MAX_ACT; n_act++) {
-                    k->matvec_x8[type](K, w8, M, act, ab, n_act, got, M);
-                    for (int i = 0; i < n_act * M; i++) {
-                        CHECK_MSG(same_bits(got[i], ref[i]), "%s %s K=%lld rep %d n_act %d act %d row %d: %.9g vs ref %.9g",
-                                  pkv_type_get(type)->name, pkv_simd_name(level), (long long)K, rep, n_act, (int)(i / M), (int)(i % M), got[i], ref[i]);
-                        checked++;
+                for (int n_act = 1; n_act <= MAX_ACT; n_act++)
+                    for (int prepared = 0; prepared < 2; prepared++) {
+                        if (prepared) {
+                            memset(prep, 0xA5, pkv_x8_prep_bytes(K, n_act));
+                            k->matvec_x8_prepare(type, K, act, ab, n_act, prep);
+                        }
+                        k->matvec_x8[type](K, w8, M, act, ab, n_act, prepared ? prep : NULL, got, M);
+                        for (int i = 0; i < n_act * M; i++) {
+                            CHECK_MSG(same_bits(got[i], ref[i]),
+                                      "%s %s K=%lld rep %d n_act %d%s act %d row %d: %.9g vs ref %.9g",
+                                      pkv_type_get(type)->name, pkv_simd_name(level), (long long)K, rep, n_act,
+                                      prepared ? " prepared" : "", (int)(i / M), (int)(i % M), got[i], ref[i]);
+                            checked++;
+                        }
                     }
-                }
                 /* the reference is the dot product of the file's rows (the
                  * K-quants, whose vec_dot takes Q8_K rows: of the rows
                  * dequantised, in double) */
@@ -165,10 +175,14 @@ TEST(repack_matvec_equals_reference) {
                     }
                 }
                 /* a range of rows from the second run to the end is a matrix of its own */
-                k->matvec_x8[type](K, w8 + PKV_X8_RUN_ROWS * rb, M - PKV_X8_RUN_ROWS, act, ab, 1, one, M);
-                for (int m = 0; m < M - PKV_X8_RUN_ROWS; m++) CHECK(same_bits(one[m], ref[PKV_X8_RUN_ROWS + m]));
+                for (int prepared = 0; prepared < 2; prepared++) {
+                    if (prepared) k->matvec_x8_prepare(type, K, act, ab, 1, prep);
+                    k->matvec_x8[type](K, w8 + PKV_X8_RUN_ROWS * rb, M - PKV_X8_RUN_ROWS, act, ab, 1,
+                                       prepared ? prep : NULL, one, M);
+                    for (int m = 0; m < M - PKV_X8_RUN_ROWS; m++) CHECK(same_bits(one[m], ref[PKV_X8_RUN_ROWS + m]));
+                }
             }
-            free(w), free(w8), free(act), free(x), free(got), free(ref), free(one), free(wrow);
+            free(w), free(w8), free(act), free(x), free(got), free(ref), free(one), free(wrow), free(prep);
         }
     }
     /* where the CPU has AVX2, the kernels were there to check */

@@ -16,7 +16,8 @@
  * larger than the last-level cache (e.g. 896 x 151936) measures streaming
  * from memory, a small one the arithmetic alone. --x8 repacks the matrix with
  * 8 rows interleaved (kernels/repack.h) and times the decode kernel the model
- * then uses (matvec_x8, all R activation rows in one call per 64 rows).
+ * then uses (matvec_x8, the R activation rows prepared once per pass, as a
+ * matmul does, and all of them in one call per 64 rows).
  *
  *   build/bench-dot peak
  *
@@ -171,6 +172,7 @@ int main(int argc, char **argv) {
     }
     pkv_vec_dot_rows_fn dot_rows = rows > 1 ? k->vec_dot_rows[type] : NULL;
     pkv_matvec_x8_fn matvec = x8 ? k->matvec_x8[type] : NULL;
+    void *prep = NULL;
     if (x8) {
         if (!matvec || !pkv_x8_supported(type, K, M)) {
             fprintf(stderr, "bench-dot: no interleaved kernel for %s at %s, or M not a multiple of 8\n", ti->name,
@@ -182,12 +184,15 @@ int main(int argc, char **argv) {
         pkv_x8_repack(type, w, rb, K, M, w8);
         free(w);
         w = w8;
+        prep = malloc(pkv_x8_prep_bytes(K, rows));
+        if (!prep) return 1;
     }
     double best = 1e30;
     for (int rep = 0; rep < reps; rep++) {
         const double t0 = pkv_now_seconds();
+        if (matvec) k->matvec_x8_prepare(type, K, a, ab, rows, prep); /* once per product, as ops.c does */
         for (int64_t m = 0; matvec && m < M; m += 64)
-            matvec(K, w + (uint64_t)m * rb, M - m < 64 ? M - m : 64, a, ab, rows, y + m, M);
+            matvec(K, w + (uint64_t)m * rb, M - m < 64 ? M - m : 64, a, ab, rows, prep, y + m, M);
         for (int64_t m = 0; !matvec && m < M; m++) {
             const uint8_t *row = w + (uint64_t)m * rb;
             if (dot_rows) dot_rows(K, row, a, ab, rows, y + m, M);
@@ -202,6 +207,6 @@ int main(int argc, char **argv) {
            "block and row\n",
            ti->name, pkv_simd_name(k->level), (long long)M, (long long)K, rows, rows > 1 ? "s" : "",
            matvec ? "matvec_x8" : dot_rows ? "vec_dot_rows" : "vec_dot", best * 1e3, (double)rb * M / best / 1e9, best * 1e9 / blocks);
-    free(w), free(a), free(x), free(y);
+    free(w), free(a), free(x), free(y), free(prep);
     return 0;
 }

@@ -47,10 +47,13 @@ PKV_VEC_DOT_ROWS_TYPES(X)
  * matmul (repack_x86.h). */
 #define PKV_DECLARE_MATVEC_X8(LEVEL, T)                                                                      \
     void pkv_matvec_x8_##T##_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride, \
-                                     int n_act, float *y, int64_t ldy);
+                                     int n_act, const void *prep, float *y, int64_t ldy);
 #define X(T) PKV_DECLARE_MATVEC_X8(avx2, T) PKV_DECLARE_MATVEC_X8(avx512, T)
 PKV_VEC_DOT_ROWS_TYPES(X)
 #undef X
+void pkv_matvec_x8_prepare_avx2(uint32_t type, int64_t k, const void *act, uint64_t act_stride, int n_act, void *prep);
+void pkv_matvec_x8_prepare_avx512(uint32_t type, int64_t k, const void *act, uint64_t act_stride, int n_act,
+                                  void *prep);
 void pkv_x8_stage_avx2(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u, size_t u_stride,
                        float *dw, size_t dw_stride);
 void pkv_x8_stage_avx512(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,

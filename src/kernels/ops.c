@@ -26,6 +26,10 @@ enum {
     PANEL_BYTES = 768 << 10,   /* packed activations one tile reads (kept in L2) */
     MAX_PANEL_GROUPS = 16,
     BLOCK_TILES = 4,           /* row tiles of a work item */
+    /* activation rows of the decode path whose preparation for the
+     * interleaved kernel is made once per job (table.h matvec_x8_prepare);
+     * with more, every call prepares for itself */
+    X8_PREP_MAX_TOK = 16,
 };
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -49,6 +53,11 @@ static pkv_pack_kind gemm_pack_of(const pkv_kernels *k, const pkv_tensor *w, int
     return kind;
 }
 
+/* One type's prepared activations for the interleaved kernel. */
+static size_t x8_prep_slot_bytes(int64_t k, int n_tok) {
+    return align64(pkv_x8_prep_bytes(k, n_tok < X8_PREP_MAX_TOK ? n_tok : X8_PREP_MAX_TOK));
+}
+
 /* Per thread: a dequantised weight row (f32 fallback) or one quantised
  * activation row (packing), and the tile accumulators. */
 static size_t per_thread_bytes(int64_t k) {
@@ -60,7 +69,8 @@ static size_t per_thread_bytes(int64_t k) {
  * element for 16-token groups: the f32 pack), then the per-thread areas. */
 size_t pkv_matmul_scratch_bytes(int64_t k, int n_tok, int n_threads) {
     size_t groups = ((size_t)n_tok + PKV_GEMM_TOK - 1) / PKV_GEMM_TOK;
-    return align64(groups * PKV_GEMM_TOK * (size_t)k * sizeof(float)) + (size_t)n_threads * per_thread_bytes(k) + 64;
+    return align64(groups * PKV_GEMM_TOK * (size_t)k * sizeof(float)) + (size_t)n_threads * per_thread_bytes(k) +
+           PKV_MATMUL_MAX * x8_prep_slot_bytes(k, n_tok) + 64;
 }
 
 typedef struct {
@@ -80,6 +90,8 @@ typedef struct {
     pkv_type act_type;
     uint64_t act_row_bytes;
     const void *act;
+    char *prep_area;                       /* PKV_MATMUL_MAX slots of x8_prep_slot_bytes */
+    const void *x8_prep[PKV_MATMUL_MAX];   /* per weight: its type's prepared activations, or NULL */
     /* batched path */
     pkv_pack_kind pack;
     uint64_t group_bytes;
@@ -132,7 +144,8 @@ static void dot_item(void *arg, int64_t item, int ith) {
     if (w->x8 && dot && matvec_x8) {
         /* interleaved rows: m0 starts a run, and m1 ends one or the matrix
          * (row chunks are whole runs, kernels/repack.h) */
-        matvec_x8(K, wdata + m0 * w->row_bytes, m1 - m0, j->act, j->act_row_bytes, j->n_tok, y + m0, M);
+        matvec_x8(K, wdata + m0 * w->row_bytes, m1 - m0, j->act, j->act_row_bytes, j->n_tok, j->x8_prep[wi], y + m0,
+                  M);
         return;
     }
     if (!w->x8 && dot && dot_rows && j->n_tok > 1) {
@@ -157,6 +170,26 @@ static void dot_item(void *arg, int64_t item, int ith) {
     }
 }
 
+/* The interleaved kernel's preparation of the activation rows, once for
+ * each type among the job's interleaved weights instead of in each of the
+ * many calls a matrix is cut into (table.h matvec_x8_prepare). */
+static void prepare_x8(matmul_job *j) {
+    const size_t slot = x8_prep_slot_bytes(j->K, j->n_tok);
+    for (int i = 0; i < j->n_w; i++) {
+        const pkv_tensor *w = j->w[i];
+        j->x8_prep[i] = NULL;
+        if (!j->kern->matvec_x8_prepare || j->n_tok > X8_PREP_MAX_TOK || j->act_type != PKV_TYPE_Q8_0 || !w->x8 ||
+            !j->kern->matvec_x8[w->type])
+            continue;
+        for (int e = 0; e < i && !j->x8_prep[i]; e++)
+            if (j->x8_prep[e] && j->w[e]->type == w->type) j->x8_prep[i] = j->x8_prep[e];
+        if (j->x8_prep[i]) continue;
+        void *p = j->prep_area + (size_t)i * slot;
+        j->kern->matvec_x8_prepare(w->type, j->K, j->act, j->act_row_bytes, j->n_tok, p);
+        j->x8_prep[i] = p;
+    }
+}
+
 /* Matmuls of weights sharing one activation type on the vec_dot path. */
 static void run_dot_path(const pkv_compute *c, matmul_job *j) {
     j->act_row_bytes = pkv_row_bytes(j->act_type, j->K);
@@ -169,6 +202,7 @@ static void run_dot_path(const pkv_compute *c, matmul_job *j) {
             for (int t = 0; t < j->n_tok; t++) quantize_item(j, t, 0);
         else pkv_pool_for(c->pool, j->n_tok, quantize_item, j);
     }
+    prepare_x8(j);
     j->item0[0] = 0;
     /* large items: each thread streams long contiguous runs of rows, which
      * the hardware prefetchers follow (a row's result does not depend on
@@ -267,6 +301,7 @@ void pkv_matmul_n(const pkv_compute *c, int n_w, const pkv_tensor *const *w, con
         .thread_area = (char *)scratch + align64(groups * PKV_GEMM_TOK * (size_t)K * sizeof(float)),
         .thread_bytes = per_thread_bytes(K),
     };
+    base.prep_area = base.thread_area + (size_t)pkv_pool_size(c->pool) * base.thread_bytes;
     bool done[PKV_MATMUL_MAX] = {false};
     /* weights sharing a path and an activation format run as one job */
     for (int i = 0; i < n_w; i++) {

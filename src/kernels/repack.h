@@ -139,6 +139,16 @@ void pkv_x8_dequant_row(uint32_t type, const pkv_x8_group *grp, int lane, float 
  * at dst + r * row_bytes (the batched matmul's K-quant kernels read those). */
 void pkv_x8_file_rows(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, void *dst, uint64_t row_bytes);
 
+/* Bytes of the decode kernel's prepared activations (table.h
+ * matvec_x8_prepare) for n_act rows of k elements: PKV_X8_PREP_BYTES per
+ * row and 32-element block, in tiles of PKV_X8_ACT_TILE rows (the rows the
+ * kernel takes together). */
+enum { PKV_X8_ACT_TILE = 8, PKV_X8_PREP_BYTES = 64 };
+static inline size_t pkv_x8_prep_bytes(int64_t k, int n_act) {
+    const size_t tiles = (size_t)(n_act + PKV_X8_ACT_TILE - 1) / PKV_X8_ACT_TILE;
+    return tiles * PKV_X8_ACT_TILE * (size_t)(k / 32) * PKV_X8_PREP_BYTES;
+}
+
 /* The scalar reference of the decode kernel (table.h matvec_x8), whose bits
  * the vector kernels reproduce. */
 void pkv_matvec_x8_ref(uint32_t type, int64_t k, const void *w, int64_t n_rows, const void *act,

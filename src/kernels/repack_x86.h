@@ -36,7 +36,7 @@ enum {
      * A span of 8 rows' blocks and prepared scales (8 x 24 x 42 bytes, 8 KiB;
      * 11 KiB for a whole row of 32 blocks) stays in L1 while the run's
      * groups' pieces of that span stream past. */
-    X8_ACT_TILE = 8,
+    X8_ACT_TILE = PKV_X8_ACT_TILE,
     /* Over rows cut into spans, with 4 or more activation rows, the weights
      * are prefetched 4 KiB ahead (they lie in the order they are read):
      * streaming with 8 rows at K = 2048, 0.39 -> 0.34 ns per block and row;
@@ -46,6 +46,18 @@ enum {
     X8_PREFETCH_MIN_ROWS = 4,
     X8_PREFETCH_BYTES = 4096,
 };
+
+/* The offset of a type's unsigned quants in the interleaved blocks (value
+ * = u - offset; Q4_K's are its values, Q6_K's 32 below them). */
+static inline int x8_offset(const uint32_t type) {
+    switch (type) {
+    case PKV_TYPE_Q4_0: return 8;
+    case PKV_TYPE_Q5_0: return 16;
+    case PKV_TYPE_Q8_0: return 128;
+    case PKV_TYPE_Q6_K: return 32;
+    default: return 0;
+    }
+}
 
 /* The 8 vectors of one interleaved block: vector q holds elements 4q..4q+3
  * of the 8 rows, unsigned (value = u - offset). */
@@ -88,7 +100,8 @@ static inline int32_t hsum_epi32_128(__m128i h) {
     return _mm_cvtsi128_si32(h);
 }
 
-static void x8_prepare(const uint32_t type, const block_q8_0 *x, int64_t nb, int offset, x8_act_prep *p) {
+static void x8_prepare(const uint32_t type, const block_q8_0 *x, int64_t nb, x8_act_prep *p) {
+    const int offset = x8_offset(type);
     for (int64_t b = 0; b < nb; b++) {
         /* the quants' sums by 4: elements 0..15 in the low 128 bits, 16..31 in the high */
         const __m256i s = dot_u8_i8(_mm256_set1_epi8(1), load256(x[b].qs));
@@ -552,6 +565,61 @@ static inline __attribute__((always_inline)) void x8_pair_tile_of(const uint32_t
 }
 #endif
 
+/* A tile of na activation rows prepared (table.h matvec_x8_prepare): each
+ * row's x8_act_prep, nq blocks apart, at prep; with pairs, the pairs'
+ * x8_pair_prep, nq apart, at pair_prep. PKV_X8_PREP_BYTES per row and block
+ * hold both. */
+#ifdef X8_PAIRS
+_Static_assert(sizeof(x8_act_prep) + sizeof(x8_pair_prep) / 2 <= PKV_X8_PREP_BYTES, "prepared tile");
+#else
+typedef struct x8_pair_prep x8_pair_prep; /* none at this level */
+_Static_assert(sizeof(x8_act_prep) <= PKV_X8_PREP_BYTES, "prepared tile");
+#endif
+
+static inline bool x8_tile_pairs(int na, int64_t nq) {
+#ifdef X8_PAIRS
+    return na >= 2 && nq <= X8_PAIR_MAX_NB;
+#else
+    (void)na, (void)nq;
+    return false;
+#endif
+}
+
+static void x8_prepare_tile(const uint32_t type, const block_q8_0 *const *x, int na, int64_t nq, x8_act_prep *prep,
+                            x8_pair_prep *pair_prep) {
+    for (int a = 0; a < na; a++) x8_prepare(type, x[a], nq, prep + a * nq);
+#ifdef X8_PAIRS
+    if (x8_tile_pairs(na, nq))
+        for (int i = 0; i < na / 2; i++)
+            x8_pair_prepare(x[2 * i], x[2 * i + 1], prep + 2 * i * nq, prep + (2 * i + 1) * nq, nq,
+                            pair_prep + i * nq);
+#else
+    (void)pair_prep;
+#endif
+}
+
+/* Tile t of a prepared area (pkv_x8_prep_bytes): its rows' x8_act_prep,
+ * then its pairs'. */
+static inline x8_act_prep *x8_prep_tile(void *prep, int64_t nq, int t) {
+    return (x8_act_prep *)((uint8_t *)prep + (size_t)t * X8_ACT_TILE * nq * PKV_X8_PREP_BYTES);
+}
+static inline x8_pair_prep *x8_prep_pairs(x8_act_prep *tile, int64_t nq) {
+    return (x8_pair_prep *)(tile + X8_ACT_TILE * nq);
+}
+
+static void x8_matvec_prepare(const uint32_t type, int64_t k, const void *act, uint64_t act_stride, int n_act,
+                              void *prep) {
+    const int64_t nq = k / 32;
+    if (nq > X8_MAX_NB) return; /* x8_matvec takes the reference, which prepares nothing */
+    for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
+        const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
+        const block_q8_0 *x[X8_ACT_TILE];
+        for (int a = 0; a < na; a++) x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
+        x8_act_prep *tile = x8_prep_tile(prep, nq, a0 / X8_ACT_TILE);
+        x8_prepare_tile(type, x, na, nq, tile, x8_prep_pairs(tile, nq));
+    }
+}
+
 /* One group's 8 rows against na (1..X8_ACT_TILE, a constant per inlined
  * copy) activation rows over a span of nb blocks (K-quants: super-blocks);
  * results to y[a * ldy + 0..7]. Legacy blocks go to the even or odd
@@ -606,9 +674,9 @@ static inline __attribute__((always_inline)) void x8_tile_of(const uint32_t type
  * lie (repack.h): run by run, a span at a time across the run's groups, so
  * the span's activation blocks are read from L1 by every group and the
  * weights are one sequential stream, read once per tile of activation rows. */
-static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int offset, int64_t k, const void *w,
+static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type, int64_t k, const void *w,
                                                             int64_t n_rows, const void *act, uint64_t act_stride,
-                                                            int n_act, float *y, int64_t ldy) {
+                                                            int n_act, const void *prepared, float *y, int64_t ldy) {
     /* nb interleaved blocks per row, nq activation blocks of 32 (per interleaved block: cq) */
     const int64_t cq = pkv_x8_block_cols(type) / 32, nq = k / 32, nb = nq / cq, n_groups = n_rows / X8_ROWS;
     const int64_t span = pkv_x8_span_blocks(type, nb);
@@ -617,28 +685,35 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
         return;
     }
     const uint64_t bb = pkv_x8_block_bytes(type);
-    x8_act_prep prep[X8_ACT_TILE * X8_MAX_NB];
     float carry[PKV_X8_RUN_GROUPS][2 * X8_ACT_TILE * X8_ROWS];
+    /* a tile's preparation, where the caller passed none */
+    x8_act_prep own_prep[X8_ACT_TILE * X8_MAX_NB];
 #ifdef X8_PAIRS
-    x8_pair_prep pair_prep[X8_ACT_TILE / 2 * X8_PAIR_MAX_NB];
+    x8_pair_prep own_pairs[X8_ACT_TILE / 2 * X8_PAIR_MAX_NB];
+#else
+    x8_pair_prep *own_pairs = NULL;
 #endif
     for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
         const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
         const block_q8_0 *x[X8_ACT_TILE];
-        const x8_act_prep *p[X8_ACT_TILE];
-        for (int a = 0; a < na; a++) {
-            x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
-            p[a] = prep + a * nq;
-            x8_prepare(type, x[a], nq, offset, prep + a * nq);
+        for (int a = 0; a < na; a++) x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
+        const x8_act_prep *tile = own_prep;
+        const x8_pair_prep *tile_pairs = own_pairs;
+        if (prepared) {
+            x8_act_prep *t = x8_prep_tile((void *)prepared, nq, a0 / X8_ACT_TILE);
+            tile = t, tile_pairs = x8_prep_pairs(t, nq);
+        } else {
+            x8_prepare_tile(type, x, na, nq, own_prep, own_pairs);
         }
+        const x8_act_prep *p[X8_ACT_TILE];
+        for (int a = 0; a < na; a++) p[a] = tile + a * nq;
 #ifdef X8_PAIRS
-        const bool pairs = na >= 2 && nq <= X8_PAIR_MAX_NB;
+        const bool pairs = x8_tile_pairs(na, nq);
         const x8_pair_prep *pp[X8_ACT_TILE / 2];
         if (pairs)
-            for (int i = 0; i < na / 2; i++) {
-                x8_pair_prepare(x[2 * i], x[2 * i + 1], p[2 * i], p[2 * i + 1], nq, pair_prep + i * nq);
-                pp[i] = pair_prep + i * nq;
-            }
+            for (int i = 0; i < na / 2; i++) pp[i] = tile_pairs + i * nq;
+#else
+        (void)tile_pairs;
 #endif
         float *ya = y + (int64_t)a0 * ldy;
         const uint8_t *piece = w;
@@ -776,18 +851,23 @@ static inline void x8_stage_kquant(uint32_t type, const pkv_x8_group *grp, int64
 }
 
 /* The exported kernels of a level (levels.h): the decode kernel of each
- * type (its quants' offset), the stagings for the batched matmul. */
-#define X8_MATVEC(T, TYPE, OFFSET, LEVEL)                                                                            \
+ * type, its preparation of the activations, the stagings for the batched
+ * matmul. */
+#define X8_MATVEC(T, TYPE, LEVEL)                                                                                    \
     void pkv_matvec_x8_##T##_##LEVEL(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,  \
-                                     int n_act, float *y, int64_t ldy) {                                            \
-        x8_matvec(TYPE, OFFSET, k, w, n_rows, act, act_stride, n_act, y, ldy);                                      \
+                                     int n_act, const void *prep, float *y, int64_t ldy) {                          \
+        x8_matvec(TYPE, k, w, n_rows, act, act_stride, n_act, prep, y, ldy);                                        \
     }
 #define X8_KERNELS(LEVEL)                                                                                            \
-    X8_MATVEC(q4_0, PKV_TYPE_Q4_0, 8, LEVEL)                                                                         \
-    X8_MATVEC(q5_0, PKV_TYPE_Q5_0, 16, LEVEL)                                                                        \
-    X8_MATVEC(q8_0, PKV_TYPE_Q8_0, 128, LEVEL)                                                                       \
-    X8_MATVEC(q4_K, PKV_TYPE_Q4_K, 0, LEVEL)                                                                         \
-    X8_MATVEC(q6_K, PKV_TYPE_Q6_K, 32, LEVEL)                                                                        \
+    X8_MATVEC(q4_0, PKV_TYPE_Q4_0, LEVEL)                                                                            \
+    X8_MATVEC(q5_0, PKV_TYPE_Q5_0, LEVEL)                                                                            \
+    X8_MATVEC(q8_0, PKV_TYPE_Q8_0, LEVEL)                                                                            \
+    X8_MATVEC(q4_K, PKV_TYPE_Q4_K, LEVEL)                                                                            \
+    X8_MATVEC(q6_K, PKV_TYPE_Q6_K, LEVEL)                                                                            \
+    void pkv_matvec_x8_prepare_##LEVEL(uint32_t type, int64_t k, const void *act, uint64_t act_stride, int n_act,   \
+                                       void *prep) {                                                                 \
+        x8_matvec_prepare(type, k, act, act_stride, n_act, prep);                                                    \
+    }                                                                                                                \
     void pkv_x8_stage_##LEVEL(uint32_t type, const pkv_x8_group *grp, int64_t b0, int64_t nb, uint8_t *u,          \
                               size_t u_stride, float *dw, size_t dw_stride) {                                        \
         x8_stage(type, grp, b0, nb, u, u_stride, dw, dw_stride);                                                     \

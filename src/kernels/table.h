@@ -161,7 +161,16 @@ typedef void (*pkv_vec_dot_rows_fn)(int64_t n, const void *weight_row, const voi
  * that reads interleaved weights (pkv_gemm_args.x8); the model interleaves a
  * weight only then. */
 typedef void (*pkv_matvec_x8_fn)(int64_t k, const void *w, int64_t n_rows, const void *act, uint64_t act_stride,
-                                 int n_act, float *y, int64_t ldy);
+                                 int n_act, const void *prep, float *y, int64_t ldy);
+/* What matvec_x8 works out from the activation rows alone before it reads a
+ * weight — per block the scale and the sums of the quants, and with AVX-512
+ * the rows paired — into prep (pkv_x8_prep_bytes(k, n_act) bytes), for a
+ * weight of this type. A matmul cut into many row ranges, or several weights
+ * of one type on the same rows, prepare once and pass prep to every call;
+ * matvec_x8 with prep NULL prepares for itself. The results do not depend on
+ * which. */
+typedef void (*pkv_matvec_x8_prepare_fn)(uint32_t type, int64_t k, const void *act, uint64_t act_stride, int n_act,
+                                         void *prep);
 
 /* ------------------------------------------------------------------ batched matmul (prefill)
  *
@@ -263,6 +272,7 @@ typedef struct pkv_kernels {
     pkv_vec_dot_rows_fn vec_dot_rows[PKV_TYPE_COUNT];
     /* NULL where the type is never interleaved at this level */
     pkv_matvec_x8_fn matvec_x8[PKV_TYPE_COUNT];
+    pkv_matvec_x8_prepare_fn matvec_x8_prepare; /* NULL where matvec_x8 is */
 
     /* float helpers used by attention, norms and the KV cache */
     float (*dot_f32)(int64_t n, const float *a, const float *b);
