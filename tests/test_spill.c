@@ -152,17 +152,16 @@ static bool run_both(pkv_model *m, pkv_residual_type type, const char *spill, co
  * in memory. The session's peak memory drops by at least the stream's f32
  * rows beyond one chunk. */
 TEST(model_residual_spill_same_bits) {
-    static const char *const MODELS[] = {"tiny-llama-f32", "tiny-qwen2-f32", "tiny-gemma3-f32", "tiny-qwen3-f32",
-                                         "tiny-phi3-f32"};
+    static const char *const MODELS[] = {FIXTURE("models/tiny-llama-f32.gguf"), FIXTURE("models/tiny-qwen2-f32.gguf"),
+                                         FIXTURE("models/tiny-gemma3-f32.gguf"), FIXTURE("models/tiny-qwen3-f32.gguf"),
+                                         FIXTURE("models/tiny-phi3-f32.gguf")};
     char dir[32];
     REQUIRE(make_dir(dir));
     enum { N = 150, STEPS = 4 };
     int32_t toks[N];
     for (size_t mi = 0; mi < sizeof MODELS / sizeof *MODELS; mi++) {
-        char path[128];
-        snprintf(path, sizeof path, "tests/fixtures/models/%s.gguf", MODELS[mi]);
         pkv_error err;
-        pkv_model *m = pkv_model_load(path, NULL, &err);
+        pkv_model *m = pkv_model_load(MODELS[mi], NULL, &err);
         REQUIRE_MSG(m, "%s", err.msg);
         int nv = pkv_n_vocab(m);
         test_lcg_tokens(toks, N, nv, 7 + (uint32_t)mi);

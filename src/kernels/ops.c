@@ -174,13 +174,12 @@ static void dot_item(void *arg, int64_t item, int ith) {
  * each type among the job's interleaved weights instead of in each of the
  * many calls a matrix is cut into (table.h matvec_x8_prepare). */
 static void prepare_x8(matmul_job *j) {
+    for (int i = 0; i < j->n_w; i++) j->x8_prep[i] = NULL;
+    if (!j->kern->matvec_x8_prepare || j->n_tok > X8_PREP_MAX_TOK || j->act_type != PKV_TYPE_Q8_0) return;
     const size_t slot = x8_prep_slot_bytes(j->K, j->n_tok);
     for (int i = 0; i < j->n_w; i++) {
         const pkv_tensor *w = j->w[i];
-        j->x8_prep[i] = NULL;
-        if (!j->kern->matvec_x8_prepare || j->n_tok > X8_PREP_MAX_TOK || j->act_type != PKV_TYPE_Q8_0 || !w->x8 ||
-            !j->kern->matvec_x8[w->type])
-            continue;
+        if (!w->x8 || !j->kern->matvec_x8[w->type]) continue;
         for (int e = 0; e < i && !j->x8_prep[i]; e++)
             if (j->x8_prep[e] && j->w[e]->type == w->type) j->x8_prep[i] = j->x8_prep[e];
         if (j->x8_prep[i]) continue;

@@ -614,6 +614,11 @@ static inline x8_pair_prep *x8_prep_pairs(x8_act_prep *tile, int64_t nq) {
     return (x8_pair_prep *)(tile + X8_ACT_TILE * nq);
 }
 
+/* The na activation rows of the tile from row a0 (act_stride bytes apart). */
+static inline void x8_tile_rows(const void *act, uint64_t act_stride, int a0, int na, const block_q8_0 **x) {
+    for (int a = 0; a < na; a++) x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
+}
+
 static void x8_matvec_prepare(const uint32_t type, int64_t k, const void *act, uint64_t act_stride, int n_act,
                               void *prep) {
     const int64_t nq = k / 32;
@@ -621,7 +626,7 @@ static void x8_matvec_prepare(const uint32_t type, int64_t k, const void *act, u
     for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
         const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
         const block_q8_0 *x[X8_ACT_TILE];
-        for (int a = 0; a < na; a++) x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
+        x8_tile_rows(act, act_stride, a0, na, x);
         x8_act_prep *tile = x8_prep_tile(prep, nq, a0 / X8_ACT_TILE);
         x8_prepare_tile(type, x, na, nq, tile, x8_prep_pairs(tile, nq));
     }
@@ -703,7 +708,7 @@ static inline __attribute__((always_inline)) void x8_matvec(const uint32_t type,
     for (int a0 = 0; a0 < n_act; a0 += X8_ACT_TILE) {
         const int na = n_act - a0 < X8_ACT_TILE ? n_act - a0 : X8_ACT_TILE;
         const block_q8_0 *x[X8_ACT_TILE];
-        for (int a = 0; a < na; a++) x[a] = (const block_q8_0 *)((const uint8_t *)act + (uint64_t)(a0 + a) * act_stride);
+        x8_tile_rows(act, act_stride, a0, na, x);
         const x8_act_prep *tile = own_prep;
         const x8_pair_prep *tile_pairs = own_pairs;
         if (prepared) {
