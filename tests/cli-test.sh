@@ -163,6 +163,13 @@ expect prompt_too_long 1 "exceed the context length 8" -- "$bin" run -m "$tiny" 
 expect_out info_gemma 'architecture: +gemma3' -- "$bin" info "$gemma"
 expect_out run_gemma_greedy '[A-Za-z]' -- "$bin" run -m "$gemma" -p "The capital of France is" -n 8 -t 2
 
+# tools/step-budget.py's counts on Gemma 3 270M, by hand: per layer Q and O 640 x 1024, K and V 640 x 256,
+# gate, up and down 640 x 2048 (5,570,560 multiply-adds) x 18 layers, plus the tied 640 x 262144 embedding
+# as the output matrix: 268,042,240; attention at 576 rows, 4 heads x 256 x 2 x (3 full layers x 576 +
+# 15 sliding ones x their 512-row window): 19,267,584
+budget=(python3 tools/step-budget.py "$gemma" --promptkv "$bin" --bench-dot "$(dirname "$bin")/bench-dot" --runs 1 --reps 1)
+expect_out step_budget_gemma_weights '^weights: 268\.0 M multiply-adds per token' -- "${budget[@]}"
+expect_out step_budget_gemma_attention '^attention at depth 576: 19\.3 M float multiply-adds' -- "${budget[@]}"
 expect_out run_gemma_chat '[A-Za-z]' -- "$bin" run -m "$gemma" --chat --system "Answer in one word." \
     -p "What colour is the sky on a clear day?" -n 6 -t 2
 expect_out run_gemma_press 'press: +snapkv budget=64' -- sh -c "\"$bin\" run -m \"$gemma\" -p \"\$(head -c 3000 tests/data/english.txt)\" -n 2 -t 2 --press snapkv --budget 64 2>&1 >/dev/null"

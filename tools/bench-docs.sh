@@ -28,6 +28,9 @@
 #   llama1b-32k              1B shape at 1K and 32K, none and snapkv (long: a 32K prefill; only when named)
 #   peak                     one thread's instruction ceilings: the int8 dot product the weight kernels
 #                            use and the f32 FMA of attention (build/bench-dot peak)
+#   qwen05-step-budget, llama1b-step-budget  the most t/s an 8-stream step could give with the weight kernels'
+#                            measured rates and attention at the FMA ceiling (tools/step-budget.py), and what
+#                            4x the one-stream rates of docs/server.md would need
 #   qwen05-streams, llama1b-streams  1, 2, 4, 8 concurrent streams decoding together (pkv_batch_decode)
 #                            against one by one, full cache and snapkv (budget 128), 512-token prompts
 #   qwen05-streams-paired, llama1b-streams-paired  2, 4, 8 streams batched against one stream, timed in
@@ -167,6 +170,19 @@ step_gemma-depths() {
 # one thread's instruction ceilings, against which the kernels' rates are read (docs/server.md)
 step_peak() { run peak build/bench-dot peak; }
 
+# the 8-stream step's bound from the kernels' rates (docs/server.md "What bounds the batched step"); the
+# one-stream rates are the server's, at the host's slow and fast memory (docs/server.md)
+step_qwen05-step-budget() {
+    need_q05
+    run qwen05-step-budget python3 tools/step-budget.py "$Q05" --promptkv "$PROMPTKV" --threads "$THREADS" \
+        --one-stream 86.6 123.4 133.0
+}
+step_llama1b-step-budget() {
+    need_1b
+    run llama1b-step-budget python3 tools/step-budget.py "$L1B" --promptkv "$PROMPTKV" --threads "$THREADS" \
+        --one-stream 26.7 44.2
+}
+
 # the thread pool: fork-join latency, joins per decode step and prefill, 1..THREADS threads
 step_threads() {
     need_1b
@@ -289,7 +305,7 @@ step_llama1b-serve-snapkv() {
 
 ALL=(gemma-vs-llamacpp gemma-vs-llamacpp-spin qwen05-vs-llamacpp llama1b-vs-llamacpp llama1b-depths
      llama1b-vs-llamacpp-d16k gemma-depths gemma-mem llama1b-mem llama1b-mem-lean gemma-roofline qwen05-roofline llama1b-roofline decode-layout
-     qwen05-prefill-fa threads peak qwen05-streams llama1b-streams qwen05-streams-paired llama1b-streams-paired
+     qwen05-prefill-fa threads peak qwen05-step-budget llama1b-step-budget qwen05-streams llama1b-streams qwen05-streams-paired llama1b-streams-paired
      qwen05-serve llama1b-serve qwen05-serve-snapkv
      llama1b-serve-snapkv)
 steps=("$@")
