@@ -21,6 +21,7 @@ this tool's output.
 """
 import argparse
 import re
+from collections import defaultdict
 import subprocess
 import sys
 
@@ -34,32 +35,37 @@ def run(cmd):
     return p.stdout
 
 
+def grab(pattern, text, what):
+    """The groups of pattern's first match in a command's output, or a one-line error naming what is missing."""
+    m = re.search(pattern, text, re.M)
+    if not m:
+        sys.exit(f"step-budget: no {what} (pattern {pattern!r})")
+    return m.groups()
+
+
 def model_shape(promptkv, model):
     """Multiply-adds per token by weight type, K of each type's largest share, and the attention shape."""
     out = run([promptkv, "info", "--tensors", model])
-    macs, k_macs = {}, {}
-    names = set()
-    for m in re.finditer(r"^(\S+\.weight)\s+(\w+)\s+(\d+) x (\d+)\s", out, re.M):
-        names.add(m.group(1))
-    has_output = "output.weight" in names
-    for m in re.finditer(r"^(\S+\.weight)\s+(\w+)\s+(\d+) x (\d+)\s", out, re.M):
-        name, typ, k, n = m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+    tensors = [(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+               for m in re.finditer(r"^(\S+\.weight)\s+(\w+)\s+(\d+) x (\d+)\s", out, re.M)]
+    has_output = any(name == "output.weight" for name, _, _, _ in tensors)
+    macs, k_macs = defaultdict(int), defaultdict(lambda: defaultdict(int))
+    for name, typ, k, n in tensors:
         # token_embd is a lookup, multiplied only when it is also the output matrix (tied embeddings)
-        if typ in ("F32", "F16", "BF16") or (name == "token_embd.weight" and has_output):
+        multiplied = (name.startswith("blk.") or name == "output.weight"
+                      or (name == "token_embd.weight" and not has_output))
+        if typ in ("F32", "F16", "BF16") or not multiplied:
             continue
-        if not (name.startswith("blk.") or name in ("output.weight", "token_embd.weight")):
-            continue
-        macs[typ] = macs.get(typ, 0) + k * n
-        k_macs.setdefault(typ, {})
-        k_macs[typ][k] = k_macs[typ].get(k, 0) + k * n
+        macs[typ] += k * n
+        k_macs[typ][k] += k * n
     if not macs:
         sys.exit(f"step-budget: no quantized weight matrices found in {model}")
-    layers = re.search(r"^layers:\s+(\d+) \((\d+) sliding-window, window (\d+)", out, re.M)
-    heads = re.search(r"^heads:\s+(\d+) query, \d+ key/value.*head dim (\d+)", out, re.M)
-    if not layers or not heads:
-        sys.exit("step-budget: promptkv info printed no layers/heads line")
-    shape = dict(layers=int(layers.group(1)), sliding=int(layers.group(2)), window=int(layers.group(3)),
-                 heads=int(heads.group(1)), head_dim=int(heads.group(2)))
+    layers, sliding, window = grab(r"^layers:\s+(\d+) \((\d+) sliding-window, window (\d+)", out,
+                                   "layers line in promptkv info's output")
+    heads, head_dim = grab(r"^heads:\s+(\d+) query, \d+ key/value.*head dim (\d+)", out,
+                           "heads line in promptkv info's output")
+    shape = dict(layers=int(layers), sliding=int(sliding), window=int(window), heads=int(heads),
+                 head_dim=int(head_dim))
     main_k = {t: max(ks, key=ks.get) for t, ks in k_macs.items()}
     return macs, main_k, shape
 
@@ -79,8 +85,8 @@ def main():
 
     macs, main_k, shape = model_shape(a.promptkv, a.model)
     peak = run([a.bench_dot, "peak"])
-    fma = float(re.search(r"f32 FMA, 256-bit: ([\d.]+) G", peak).group(1))
-    dot = float(re.search(r"vpdpbusd\), 512-bit: ([\d.]+) G", peak).group(1))
+    fma = float(grab(r"f32 FMA, 256-bit: ([\d.]+) G", peak, "f32 FMA ceiling in bench-dot peak's output")[0])
+    dot = float(grab(r"vpdpbusd\), 512-bit: ([\d.]+) G", peak, "512-bit vpdpbusd ceiling in bench-dot peak's output")[0])
     print(f"one thread's ceilings: int8 dot product {dot:.1f} G multiply-adds/s, f32 FMA {fma:.1f} G")
 
     total_macs = sum(macs.values())
@@ -92,7 +98,7 @@ def main():
         m = -(-64 * 2**20 // (8 * k)) * 8  # a multiple of 8 rows; 64 Mi weights: 36 MiB at Q4_K, beyond the 32 MiB L3 here
         cmd = [a.bench_dot, typ.lower(), str(k), str(m), "--x8", "--rows", str(a.rows), "--reps", str(a.reps)]
         # the fastest of a few runs: the host's memory speed varies, and the bound should not be low for it
-        ns = min(float(re.search(r"([\d.]+) ns per 32-element block and row", run(cmd)).group(1))
+        ns = min(float(grab(r"([\d.]+) ns per 32-element block and row", run(cmd), "kernel rate in bench-dot's output")[0])
                  for _ in range(a.runs))
         t = macs[typ] * ns / BLOCK * 1e-9
         weights_s += t
@@ -100,9 +106,8 @@ def main():
         print(f"| {typ} | {macs[typ] / 1e6:.1f} M | {k} | {ns:.3f} ns per block and row | {eff:.0%} | {t * 1e3:.3f} |")
 
     full = shape["layers"] - shape["sliding"]
-    rows_full = a.depth
     rows_swa = min(a.depth, shape["window"]) if shape["sliding"] else 0
-    att_fma = shape["heads"] * shape["head_dim"] * 2 * (full * rows_full + shape["sliding"] * rows_swa)
+    att_fma = shape["heads"] * shape["head_dim"] * 2 * (full * a.depth + shape["sliding"] * rows_swa)
     att_s = att_fma / (fma * 1e9)
     per_token = (weights_s + att_s) / a.threads
     print(f"\nweights: {total_macs / 1e6:.1f} M multiply-adds per token, {weights_s / a.threads * 1e3:.3f} ms on "
